@@ -1,0 +1,286 @@
+"""Hardware profiles: one YAML file per accelerator or system, every figure with its source.
+
+A profile file holds the vendor figures (dense peak FLOP/s per dtype, HBM, links, power, price)
+and, separately, the achievable-efficiency factors with the microbenchmark each comes from, so a
+user can see and override them. Values may be written with units (``3.35 TB/s``); they are stored
+in SI. A profile may name a ``base`` profile and override only some figures (CloudMatrix384 is
+``ascend-910c`` with a 384-NPU scale-up domain). Citation keys resolve against the profile's own
+``sources:`` block and the shared ``_sources.yaml`` beside the profiles.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from planner.catalog.dtypes import DType
+from planner.errors import InputError, unknown_name
+from planner.units import parse_quantity
+from planner.yamlio import Lines, load_yaml, validation_error
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Figure(_Frozen):
+    """One sourced number. ``value`` is SI; subclasses fix the dimension parsed from text."""
+
+    dimension: ClassVar[str] = "1"
+    value: float
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _parse(cls, v: object) -> float:
+        return parse_quantity(v, cls.dimension)  # type: ignore[arg-type]
+
+
+class FlopRate(Figure):
+    dimension: ClassVar[str] = "flop/s"
+
+
+class Bytes(Figure):
+    dimension: ClassVar[str] = "bytes"
+
+
+class Bandwidth(Figure):
+    dimension: ClassVar[str] = "bytes/s"
+
+
+class Seconds(Figure):
+    dimension: ClassVar[str] = "s"
+
+
+class Watts(Figure):
+    dimension: ClassVar[str] = "W"
+
+
+class Count(Figure):
+    @field_validator("value")
+    @classmethod
+    def _positive_int(cls, v: float) -> float:
+        if v < 1 or v != int(v):
+            raise ValueError(f"must be a positive integer, got {v}")
+        return v
+
+
+class Fraction(Figure):
+    @field_validator("value")
+    @classmethod
+    def _unit_interval(cls, v: float) -> float:
+        if not 0 < v <= 1:
+            raise ValueError(f"an efficiency must be in (0, 1], got {v}")
+        return v
+
+
+class UsdPerHour(Figure):
+    dimension: ClassVar[str] = "usd/h"
+    date: str | None = None
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _date_text(cls, v: object) -> object:
+        return v.isoformat() if isinstance(v, _dt.date) else (str(v) if v is not None else v)
+
+
+class Memory(_Frozen):
+    capacity: Bytes
+    bandwidth: Bandwidth
+
+
+class Link(_Frozen):
+    """A network a device reaches peers over. Bandwidth is per device, per direction."""
+
+    name: str | None = None
+    bandwidth_per_direction: Bandwidth
+    domain_size: Count | None = None
+    latency: Seconds
+
+
+class Power(_Frozen):
+    tdp: Watts
+    idle: Watts
+
+
+class Price(_Frozen):
+    rent: UsdPerHour | None = None
+    purchase_usd: Figure | None = None
+
+
+class Efficiency(_Frozen):
+    """Achievable fractions of peak, each from a public microbenchmark (see its source)."""
+
+    gemm: Fraction
+    memory: Fraction
+    scale_up: Fraction
+    scale_out: Fraction
+    step_overhead: Seconds
+
+
+class HardwareProfile(_Frozen):
+    """One accelerator (per device figures) as deployed in a node or supernode."""
+
+    name: str
+    vendor: str
+    description: str
+    peak_flops: dict[DType, FlopRate]
+    memory: Memory
+    scale_up: Link
+    scale_out: Link
+    power: Power
+    price: Price = Price()
+    efficiency: Efficiency
+    sources: dict[str, str] = {}
+    base: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> HardwareProfile:
+        if DType.bf16 not in self.peak_flops:
+            raise ValueError("peak_flops must give bf16")
+        if self.scale_up.domain_size is None:
+            raise ValueError("scale_up.domain_size is required")
+        for path, fig in _figures(self):
+            if fig.source not in self.sources:
+                raise ValueError(f"{path}.source {fig.source!r} is not a known citation key")
+        return self
+
+    # -- derived quantities the perf engine uses (SI) ---------------------------------------
+    @property
+    def domain_size(self) -> int:
+        assert self.scale_up.domain_size is not None
+        return int(self.scale_up.domain_size.value)
+
+    def compute_dtype(self, weight_dtype: DType) -> DType:
+        """Tensor-core format a GEMM runs in: the weight format if the chip has matrix units
+        for it (W8A8, W4A4), else bf16 (weight-only quantization dequantizes to bf16)."""
+        return weight_dtype if weight_dtype in self.peak_flops else DType.bf16
+
+    def peak_flops_per_s(self, dtype: DType) -> float:
+        return self.peak_flops[self.compute_dtype(dtype)].value
+
+    @property
+    def rent_usd_per_h(self) -> float:
+        if self.price.rent is None:
+            raise InputError(f"hardware {self.name!r} has no rental price; give price.rent in the profile")
+        return self.price.rent.value
+
+
+def _figures(obj: BaseModel, prefix: str = "") -> list[tuple[str, Figure]]:
+    out: list[tuple[str, Figure]] = []
+    for name in type(obj).model_fields:
+        value = getattr(obj, name)
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, v in items:
+            path = f"{prefix}{name}" + (f".{key.value if isinstance(key, DType) else key}" if key else "")
+            if isinstance(v, Figure):
+                out.append((path, v))
+            elif isinstance(v, BaseModel):
+                out.extend(_figures(v, path + "."))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+PROFILES_DIR_ENV = "PLANNER_HARDWARE_DIR"
+
+
+def bundled_profiles_dir() -> Path:
+    """Where the bundled profiles live: inside the installed wheel, or the source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "_data" / "hardware_profiles", here.parent / "hardware_profiles"):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"bundled hardware_profiles/ not found next to {here}")
+
+
+_CACHE: dict[str, HardwareProfile] = {}
+
+
+def _raw_profiles(directory: Path) -> dict[str, tuple[Path, dict, Lines]]:
+    raw = {}
+    for path in sorted(directory.glob("*.y*ml")):
+        if path.name.startswith("_"):
+            continue
+        data, lines = load_yaml(path)
+        if not isinstance(data, dict) or "name" not in data:
+            raise InputError(f"{path}:1: a hardware profile is a mapping with a 'name'")
+        raw[str(data["name"])] = (path, data, lines)
+    return raw
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for k, v in override.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _shared_sources(directory: Path) -> dict[str, str]:
+    path = directory / "_sources.yaml"
+    if not path.exists():
+        return {}
+    data, _ = load_yaml(path)
+    return {str(k): str(v) for k, v in (data or {}).items()}
+
+
+def _build(name: str, raw: dict[str, tuple[Path, dict, Lines]], shared: dict[str, str]) -> HardwareProfile:
+    path, data, lines = raw[name]
+    if data.get("base"):
+        if data["base"] not in raw and data["base"] not in _CACHE:
+            raise unknown_name("base hardware", data["base"], sorted(raw))
+        base = _CACHE.get(data["base"]) or _build(data["base"], raw, shared)
+        data = _merge(base.model_dump(mode="json", exclude={"name", "description", "base"}), data)
+    data = {**data, "sources": {**shared, **data.get("sources", {})}}
+    try:
+        profile = HardwareProfile.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(path, e, lines, HardwareProfile) from None
+    _CACHE[name] = profile
+    return profile
+
+
+def _load_bundled() -> None:
+    if _CACHE:
+        return
+    directory = bundled_profiles_dir()
+    raw = _raw_profiles(directory)
+    shared = _shared_sources(directory)
+    for name in raw:
+        if name not in _CACHE:
+            _build(name, raw, shared)
+
+
+def list_hardware() -> list[str]:
+    """Names of the bundled hardware profiles."""
+    _load_bundled()
+    return sorted(_CACHE)
+
+
+def load_hardware_file(path: str | Path) -> HardwareProfile:
+    """Load a user's profile file; it may name a bundled profile as ``base``."""
+    _load_bundled()
+    path = Path(path)
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict) or "name" not in data:
+        raise InputError(f"{path}:1: a hardware profile is a mapping with a 'name'")
+    raw = {str(data["name"]): (path, data, lines)}
+    shared = _shared_sources(bundled_profiles_dir())
+    profile = _build(str(data["name"]), raw, shared)
+    return profile
+
+
+def hardware(name: str | HardwareProfile) -> HardwareProfile:
+    """A hardware profile by catalog name (``h100-sxm``), by YAML path, or passed through."""
+    if isinstance(name, HardwareProfile):
+        return name
+    if str(name).endswith((".yaml", ".yml")):
+        return load_hardware_file(name)
+    _load_bundled()
+    key = str(name).lower()
+    if key not in _CACHE:
+        raise unknown_name("hardware", str(name), sorted(_CACHE))
+    return _CACHE[key]

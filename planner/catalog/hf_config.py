@@ -1,0 +1,162 @@
+"""Read a local HuggingFace ``config.json`` into a ModelSpec.
+
+Supported ``model_type`` families: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_next,
+deepseek_v2/v3, kimi_k2, kimi_linear, bloom. Anything else, or a config missing a field these
+need, gets an ``InputError`` naming the field. Nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.catalog.model import MLA, LinearAttention, ModelSpec, MoE
+from planner.errors import InputError
+
+_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
+_DEEPSEEK_LIKE = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom"})
+
+
+class _Config:
+    """Typed access to config keys; a missing or ill-typed key names itself in the error."""
+
+    def __init__(self, data: dict[str, Any], origin: str):
+        self.data, self.origin = data, origin
+
+    def int(self, *keys: str, default: int | None = None) -> int:
+        for key in keys:
+            if key in self.data and self.data[key] is not None:
+                value = self.data[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise InputError(f"{self.origin}: field {key!r} must be a non-negative integer, got {value!r}")
+                return value
+        if default is not None:
+            return default
+        raise InputError(f"{self.origin}: missing field {keys[0]!r} needed for model_type "
+                         f"{self.data.get('model_type')!r}")
+
+    def opt_int(self, key: str) -> int | None:
+        return self.int(key) if self.data.get(key) is not None else None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+
+def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: str = "config") -> ModelSpec:
+    """Build a ModelSpec from a parsed ``config.json`` mapping."""
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: a config.json must hold a JSON object")
+    c = _Config(data, origin)
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise InputError(f"{origin}: missing field 'model_type'")
+    if model_type not in SUPPORTED:
+        hint = " (sliding-window layers are not modelled yet)" if model_type == "gpt_oss" else ""
+        raise InputError(f"{origin}: field 'model_type' is {model_type!r}, which is not supported{hint}; "
+                         f"supported: {', '.join(SUPPORTED)}")
+    hidden = c.int("hidden_size", "n_embed")
+    heads = c.int("num_attention_heads", "n_head")
+    spec: dict[str, Any] = dict(
+        name=name, source=source, family=model_type,
+        num_layers=c.int("num_hidden_layers", "n_layer"), hidden_size=hidden,
+        vocab_size=c.int("vocab_size"), tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+        num_heads=heads, num_kv_heads=c.int("num_key_value_heads", default=heads),
+        head_dim=c.int("head_dim", default=hidden // heads if heads else 0),
+        intermediate_size=c.int("intermediate_size", default=4 * hidden),
+        native_dtype=_native_dtype(data),
+        max_context=c.opt_int("max_position_embeddings") or c.opt_int("model_max_length"),
+        qk_norm=model_type in {"qwen3", "qwen3_moe", "qwen3_next"},
+    )
+    if model_type == "bloom":
+        spec.update(gated_ffn=False, biases=True, embedding_norm=True, num_kv_heads=heads,
+                    tie_word_embeddings=True)
+    if model_type == "mixtral" or model_type == "qwen3_moe":
+        every = c.int("decoder_sparse_step", default=1)
+        only_dense = tuple(c.get("mlp_only_layers") or ())
+        spec["moe"] = MoE(
+            num_experts=c.int("num_local_experts", "num_experts"),
+            experts_per_token=c.int("num_experts_per_tok"),
+            expert_intermediate_size=c.int("moe_intermediate_size", "intermediate_size"),
+            dense_layers=tuple(i for i in range(spec["num_layers"]) if i in only_dense or (i + 1) % every),
+        )
+    if model_type in _DEEPSEEK_LIKE or model_type == "kimi_linear":
+        spec["mla"] = MLA(
+            q_lora_rank=c.opt_int("q_lora_rank"), kv_lora_rank=c.int("kv_lora_rank"),
+            qk_nope_head_dim=c.int("qk_nope_head_dim"), qk_rope_head_dim=c.int("qk_rope_head_dim"),
+            v_head_dim=c.int("v_head_dim"),
+        )
+        spec["num_kv_heads"] = heads
+        spec["head_dim"] = spec["mla"].qk_nope_head_dim + spec["mla"].qk_rope_head_dim
+        spec["moe"] = MoE(
+            num_experts=c.int("n_routed_experts", "num_experts"),
+            experts_per_token=c.int("num_experts_per_tok", "num_experts_per_token"),
+            expert_intermediate_size=c.int("moe_intermediate_size"),
+            num_shared_experts=c.int("n_shared_experts", "num_shared_experts", default=0),
+            shared_intermediate_size=c.int("moe_intermediate_size"),
+            dense_layers=tuple(range(c.int("first_k_dense_replace", default=0))),
+        )
+    if model_type == "qwen3_next":
+        every = c.int("full_attention_interval")
+        n_layers = spec["num_layers"]
+        spec["attention_output_gate"] = True
+        spec["moe"] = MoE(
+            num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
+            expert_intermediate_size=c.int("moe_intermediate_size"),
+            num_shared_experts=1 if c.get("shared_expert_intermediate_size") else 0,
+            shared_intermediate_size=c.int("shared_expert_intermediate_size", default=0),
+            dense_layers=tuple(c.get("mlp_only_layers") or ()),
+        )
+        spec["linear_attention"] = LinearAttention(
+            kind="gated_deltanet", layers=tuple(i for i in range(n_layers) if (i + 1) % every),
+            num_key_heads=c.int("linear_num_key_heads"), num_value_heads=c.int("linear_num_value_heads"),
+            key_head_dim=c.int("linear_key_head_dim"), value_head_dim=c.int("linear_value_head_dim"),
+            conv_kernel=c.int("linear_conv_kernel_dim"),
+        )
+    if model_type == "kimi_linear":
+        la = c.get("linear_attn_config")
+        if not isinstance(la, dict):
+            raise InputError(f"{origin}: missing field 'linear_attn_config' needed for model_type 'kimi_linear'")
+        lac = _Config(la, f"{origin} linear_attn_config")
+        kda = la.get("kda_layers")
+        if not isinstance(kda, list) or not all(isinstance(i, int) and i >= 1 for i in kda):
+            raise InputError(f"{origin}: field 'linear_attn_config.kda_layers' must list 1-based layer numbers")
+        d = lac.int("head_dim")
+        spec["linear_attention"] = LinearAttention(
+            kind="kda", layers=tuple(i - 1 for i in kda), num_key_heads=lac.int("num_heads"),
+            num_value_heads=lac.int("num_heads"), key_head_dim=d, value_head_dim=d,
+            conv_kernel=lac.int("short_conv_kernel_size"), gate_rank=d,
+        )
+    try:
+        return ModelSpec(**spec)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise InputError(f"{origin}: inconsistent config ({field}): {err['msg']}") from None
+
+
+def _native_dtype(data: dict[str, Any]) -> str:
+    quant = data.get("quantization_config") or {}
+    if quant.get("quant_method") == "fp8":
+        return "fp8"
+    dtype = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
+    return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, "bf16")
+
+
+def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a local HuggingFace ``config.json`` (never downloaded)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    default = path.parent.name if path.name == "config.json" else path.stem
+    return spec_from_hf_dict(data, name=name or default.lower(), source=f"HuggingFace config.json at {path}",
+                             origin=str(path))

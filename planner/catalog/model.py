@@ -1,0 +1,146 @@
+"""ModelSpec: the architecture facts the roofline engine needs, for dense, GQA, MLA, MoE and
+hybrid (linear + full attention) transformers.
+
+Layer ``i`` (0-based) has a *mixer* (full attention, MLA, or linear attention) and an *FFN*
+(dense or mixture-of-experts); ``layer_kinds()`` groups identical layers so the engine builds
+each kind once and multiplies by its count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Mixer(str, Enum):
+    attention = "attention"   # softmax attention over a KV cache (MHA/GQA/MQA, or MLA)
+    linear = "linear"         # linear attention with a constant-size recurrent state
+
+
+class FFNKind(str, Enum):
+    dense = "dense"
+    moe = "moe"
+
+
+class MLA(_Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3): the cache holds one latent per token."""
+
+    q_lora_rank: int | None = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(ge=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class MoE(_Frozen):
+    num_experts: int = Field(gt=0)
+    experts_per_token: int = Field(gt=0)
+    expert_intermediate_size: int = Field(gt=0)
+    num_shared_experts: int = Field(0, ge=0)
+    shared_intermediate_size: int = Field(0, ge=0, description="per shared expert")
+    dense_layers: tuple[int, ...] = Field((), description="0-based layers whose FFN is dense")
+
+    @model_validator(mode="after")
+    def _check(self) -> MoE:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token exceeds num_experts")
+        return self
+
+
+class LinearAttention(_Frozen):
+    """Linear-attention layers (Gated DeltaNet, Kimi Delta Attention): per-sequence state of
+    ``num_value_heads x key_head_dim x value_head_dim`` plus a short-convolution state."""
+
+    kind: str
+    layers: tuple[int, ...] = Field(description="0-based indices of the linear layers")
+    num_key_heads: int = Field(gt=0)
+    num_value_heads: int = Field(gt=0)
+    key_head_dim: int = Field(gt=0)
+    value_head_dim: int = Field(gt=0)
+    conv_kernel: int = Field(gt=0)
+    gate_rank: int = Field(0, ge=0, description="low-rank gate projections (KDA: 128); 0 = none")
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels carrying a short-conv state: q, k (key dims) and v (value dims)."""
+        return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+
+    @property
+    def state_elements(self) -> int:
+        """Recurrent + conv state elements of one layer for one sequence."""
+        recurrent = self.num_value_heads * self.key_head_dim * self.value_head_dim
+        return recurrent + self.conv_channels * (self.conv_kernel - 1)
+
+
+class ModelSpec(_Frozen):
+    """Architecture of a decoder-only LLM, as read from its HuggingFace ``config.json``."""
+
+    name: str
+    source: str = Field(min_length=1)
+    family: str
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, description="dense FFN width")
+    gated_ffn: bool = Field(True, description="SwiGLU (3 matrices) vs. GeLU MLP (2)")
+    biases: bool = Field(False, description="linear layers carry biases (BLOOM)")
+    qk_norm: bool = Field(False, description="per-head RMSNorm on q and k (Qwen3)")
+    attention_output_gate: bool = Field(False, description="sigmoid gate on attention output (Qwen3-Next)")
+    embedding_norm: bool = Field(False, description="LayerNorm after the embedding (BLOOM)")
+    mla: MLA | None = None
+    moe: MoE | None = None
+    linear_attention: LinearAttention | None = None
+    native_dtype: str = "bf16"
+    max_context: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        for group, idx in (("moe.dense_layers", self.moe.dense_layers if self.moe else ()),
+                           ("linear_attention.layers",
+                            self.linear_attention.layers if self.linear_attention else ())):
+            bad = [i for i in idx if not 0 <= i < self.num_layers]
+            if bad:
+                raise ValueError(f"{group} has indices outside 0..{self.num_layers - 1}: {bad}")
+        return self
+
+    def mixer(self, layer: int) -> Mixer:
+        la = self.linear_attention
+        return Mixer.linear if la is not None and layer in la.layers else Mixer.attention
+
+    def ffn(self, layer: int) -> FFNKind:
+        return FFNKind.moe if self.moe is not None and layer not in self.moe.dense_layers else FFNKind.dense
+
+    def layer_kinds(self) -> dict[tuple[Mixer, FFNKind], int]:
+        """Count of layers per (mixer, FFN) kind, e.g. DeepSeek-V3: 3 dense + 58 MoE."""
+        return dict(Counter((self.mixer(i), self.ffn(i)) for i in range(self.num_layers)))
+
+    @property
+    def num_attention_layers(self) -> int:
+        return sum(n for (m, _), n in self.layer_kinds().items() if m is Mixer.attention)
+
+    @property
+    def kv_elements_per_token_layer(self) -> int:
+        """Elements cached per token in one attention layer: K and V heads, or MLA's latent."""
+        if self.mla is not None:
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def attention_kind(self) -> str:
+        if self.mla is not None:
+            return "MLA"
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        return "MQA" if self.num_kv_heads == 1 else "GQA"

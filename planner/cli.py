@@ -1,0 +1,190 @@
+"""Command-line interface: a thin typer layer over the public API.
+
+Errors: bad input -> one line on stderr, exit 2; an understood but infeasible request
+(model does not fit, ...) -> the answer and why, exit 1. Heavy modules load inside commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="LLM serving-cluster capacity planner: roofline models of prefill and decode.")
+hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles.")
+models_app = typer.Typer(no_args_is_help=True, help="Model catalog.")
+app.add_typer(hardware_app, name="hardware")
+app.add_typer(models_app, name="models")
+
+
+class DTypeOpt(str, Enum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    int8 = "int8"
+    fp4 = "fp4"
+    int4 = "int4"
+
+
+@hardware_app.command("list")
+def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the bundled hardware profiles."""
+    from planner.catalog.hardware import hardware, list_hardware
+    from planner.catalog.dtypes import DType
+    from planner.report import out, print_json, si
+    from rich.table import Table
+
+    rows = []
+    for name in list_hardware():
+        h = hardware(name)
+        rows.append(dict(name=name, vendor=h.vendor, bf16_flops=h.peak_flops[DType.bf16].value,
+                         hbm_bytes=h.memory.capacity.value, hbm_bytes_per_s=h.memory.bandwidth.value,
+                         domain=h.domain_size, tdp_w=h.power.tdp.value,
+                         usd_per_h=h.price.rent.value if h.price.rent else None))
+    if json_out:
+        print_json(rows)
+        return
+    t = Table(title="Hardware profiles (per device; dense peak)")
+    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "$/h"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["vendor"], si(r["bf16_flops"], "FLOP/s"), si(r["hbm_bytes"], "B"),
+                  si(r["hbm_bytes_per_s"], "B/s"), str(r["domain"]), si(r["tdp_w"], "W"),
+                  f"{r['usd_per_h']:.2f}" if r["usd_per_h"] else "-")
+    out.print(t)
+
+
+@hardware_app.command("show")
+def hardware_show(name: str = typer.Argument(..., help="Profile name or a YAML file."),
+                  json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show every figure of a profile with its source."""
+    from planner.catalog.hardware import _figures, hardware
+    from planner.report import out, print_json
+    from rich.table import Table
+
+    h = hardware(name)
+    if json_out:
+        print_json(h.model_dump(mode="json"))
+        return
+    t = Table(title=f"{h.name}: {h.description}")
+    for col in ("figure", "value (SI)", "source", "note"):
+        t.add_column(col)
+    used = set()
+    for path, fig in _figures(h):
+        t.add_row(path, f"{fig.value:.6g}", fig.source, fig.note or "")
+        used.add(fig.source)
+    out.print(t)
+    src = Table(title="Sources", show_header=False)
+    for key in sorted(used):
+        src.add_row(key, h.sources[key])
+    out.print(src)
+
+
+@models_app.command("list")
+def models_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the bundled models."""
+    from planner.catalog.model_catalog import list_models, model
+    from planner.perf.params import parameter_counts
+    from planner.report import out, print_json
+    from rich.table import Table
+
+    rows = []
+    for name in list_models():
+        m = model(name)
+        total, active = parameter_counts(m)
+        rows.append(dict(name=name, family=m.family, attention=m.attention_kind, layers=m.num_layers,
+                         moe=m.moe is not None, hybrid=m.linear_attention is not None,
+                         params=total, active_params=active))
+    if json_out:
+        print_json(rows)
+        return
+    t = Table(title="Models")
+    for col in ("name", "family", "attention", "layers", "params", "active", "MoE", "hybrid"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["family"], r["attention"], str(r["layers"]), f"{r['params'] / 1e9:.1f} B",
+                  f"{r['active_params'] / 1e9:.1f} B", "yes" if r["moe"] else "", "yes" if r["hybrid"] else "")
+    out.print(t)
+
+
+@models_app.command("show")
+def models_show(name: str = typer.Argument(..., help="Catalog name or a local config.json."),
+                json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show a model's architecture, parameter counts and KV bytes per token."""
+    from planner.catalog.model_catalog import model
+    from planner.perf.memory import kv_cache_bytes_per_token
+    from planner.perf.params import parameter_counts
+    from planner.report import key_value_table, out, print_json
+
+    m = model(name)
+    total, active = parameter_counts(m)
+    data = m.model_dump(mode="json") | {"params": total, "active_params": active,
+                                        "kv_bytes_per_token_bf16": kv_cache_bytes_per_token(m)}
+    if json_out:
+        print_json(data)
+        return
+    rows = [(k, str(v)) for k, v in data.items() if v not in (None, False, [], ())]
+    out.print(key_value_table(f"{m.name}", rows))
+
+
+@app.command()
+def whatif(
+    model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json."),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (attention)."),
+    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline stages."),
+    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE)."),
+    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences in the batch."),
+    input_len: int = typer.Option(..., "--input-len", "-i", min=1, help="Prompt tokens per sequence."),
+    output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per sequence."),
+    weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
+    kv_dtype: Optional[DTypeOpt] = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown."),
+) -> None:
+    """Roofline TTFT, TPOT, throughput and memory of one instance serving one batch."""
+    from planner.perf.estimate import estimate
+    from planner.report import err, print_json
+
+    e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
+                 output_len=output_len, weight_dtype=weight_dtype.value,
+                 kv_dtype=kv_dtype.value if kv_dtype else None)
+    if json_out:
+        print_json(e.model_dump(mode="json"))
+    else:
+        from planner.whatif_report import print_estimate
+        print_estimate(e, explain=explain)
+    if not e.fits:
+        err.print(f"[bold red]does not fit:[/] {e.infeasible_reason}")
+        if e.suggestions:
+            err.print("would fit: " + "; ".join(e.suggestions))
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point: map planner errors to one-line messages and exit codes."""
+    from planner.errors import PlannerError
+
+    try:
+        code = app(standalone_mode=False)
+    except PlannerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # click usage errors (typer may vendor click) carry a message and exit code
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Collectives on a device's links, alpha-beta model.
+
+Bandwidths are per device and per direction; the efficiency is the measured bus bandwidth over
+that (``nccl-tests`` busbw). A group that fits in the scale-up domain uses the scale-up link,
+otherwise the slowest hop, the scale-out NIC, bounds it.
+
+* ring all-reduce of ``S`` bytes over ``n`` devices: ``2 (n-1)/n * S / B + alpha``
+  (the busbw convention of nccl-tests, so efficiencies calibrated on busbw plug in directly);
+* all-to-all where each device sends ``S`` bytes spread over ``n`` peers: ``(n-1)/n * S / B + alpha``;
+* point-to-point of ``S`` bytes: ``S / B + alpha``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.catalog.hardware import HardwareProfile
+
+_SHAPE = {"all_reduce": 2.0, "all_to_all": 1.0, "p2p": None}
+
+
+def link_of(hw: HardwareProfile, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(effective bytes/s, latency s) of the link a group of ``group`` devices communicates over."""
+    inside = np.asarray(group) <= hw.domain_size
+    up, out = hw.scale_up, hw.scale_out
+    bw = np.where(inside, up.bandwidth_per_direction.value * hw.efficiency.scale_up.value,
+                  out.bandwidth_per_direction.value * hw.efficiency.scale_out.value)
+    lat = np.where(inside, up.latency.value, out.latency.value)
+    return bw, lat
+
+
+def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.ndarray:
+    """Seconds of one collective; zero where the group is a single device."""
+    group = np.asarray(group, dtype=float)
+    bw, lat = link_of(hw, group)
+    factor = 1.0 if kind == "p2p" else _SHAPE[kind] * (group - 1) / np.maximum(group, 1)
+    t = factor * np.asarray(payload_bytes, dtype=float) / bw + lat
+    return np.where(group > 1, t, 0.0)

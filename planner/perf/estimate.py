@@ -1,0 +1,245 @@
+"""``estimate``: TTFT, TPOT and throughput of one instance serving one batch, no queueing.
+
+The batch's prompts are prefilled together (TTFT = that step's time), then decoded together for
+``output_len`` tokens. The decode step time is affine in the context length while the bound does
+not change, so its mean over the output is taken with Simpson's rule at the first, middle and
+last context length (closed form across tokens, no per-token loop).
+
+With pipeline parallelism (pp > 1): prefill streams the prompts as ``batch`` micro-batches,
+``TTFT = (batch + pp - 1) / pp x t(one prompt, all layers)``; decode keeps ``pp`` micro-batches
+of ``batch / pp`` sequences in flight, so one token of every sequence takes ``t(batch / pp, all
+layers)`` plus ``pp`` activation hand-offs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from planner.catalog.dtypes import DType
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import hardware as get_hardware
+from planner.catalog.model import ModelSpec
+from planner.catalog.model_catalog import model as get_model
+from planner.errors import InputError
+from planner.perf.comm import collective_time
+from planner.perf.memory import MemoryUse, memory_use
+from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.parallel import Layout, check_layout, layout_problems
+from planner.perf.roofline import StepTime, step_time
+
+_SIMPSON = ((0.0, 1 / 6), (0.5, 4 / 6), (1.0, 1 / 6))
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Vectorized result of ``evaluate`` (arrays over candidates)."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    prefill: StepTime
+    decode: StepTime          # at the middle context length
+    memory: MemoryUse
+    output_len: np.ndarray
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.ttft_s + (self.output_len - 1) * self.tpot_s
+
+
+def resolve_dtypes(model: ModelSpec, weight_dtype: str | DType | None, kv_dtype: str | DType | None) -> DTypes:
+    try:
+        w = DType(weight_dtype) if weight_dtype is not None else DType.bf16
+        kv = DType(kv_dtype) if kv_dtype is not None else (DType.bf16 if w.bytes < 2 else w)
+    except ValueError as e:
+        raise InputError(f"unknown dtype: {e}; known: {', '.join(d.value for d in DType)}") from None
+    if kv.bytes < 1:
+        raise InputError(f"kv_dtype {kv.value} is not supported (use bf16, fp16, fp8 or int8)")
+    return DTypes(weight=w, kv=kv)
+
+
+def _pipeline_p2p(hw: HardwareProfile, model: ModelSpec, lay: Layout, tokens, dtypes: DTypes) -> np.ndarray:
+    payload = np.asarray(tokens, dtype=float) / lay.attention_dp * model.hidden_size * dtypes.act.bytes
+    return np.where(lay.pp > 1, collective_time(hw, "p2p", payload, lay.devices), 0.0)
+
+
+def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_len, output_len,
+             dtypes: DTypes) -> PhaseTimes:
+    """TTFT, TPOT and memory for arrays of candidates (no validation; see ``estimate``)."""
+    batch, input_len, output_len = (np.asarray(x, dtype=float) for x in (batch, input_len, output_len))
+    pp = lay.pp
+    # prefill: all prompts in one step (pp == 1) or streamed one prompt per micro-batch
+    mb = np.where(pp > 1, 1.0, batch)
+    pre = step_time(model, hw, lay, Step.of(mb, input_len, 0.0), dtypes)
+    fill = np.where(pp > 1, (batch + pp - 1) / pp, 1.0)
+    ttft = pre.layers_s * fill + pre.overhead_s + (pp - 1) * _pipeline_p2p(hw, model, lay, input_len, dtypes)
+    # decode: Simpson over the context length, pp micro-batches of batch/pp sequences
+    dec_b = batch / pp
+    tpot, mid = 0.0, None
+    for frac, w in _SIMPSON:
+        ctx = input_len + frac * np.maximum(output_len - 1, 0)
+        st = step_time(model, hw, lay, Step.of(dec_b, 1.0, ctx), dtypes)
+        tpot = tpot + w * st.total_s
+        mid = st if frac == 0.5 else mid
+    tpot = tpot + pp * _pipeline_p2p(hw, model, lay, dec_b, dtypes)
+    ops = layer_ops(model, lay, Step.of(batch, 1.0, input_len), dtypes)
+    mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len)
+    return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PhaseEstimate(_Frozen):
+    time_s: float
+    bound: str
+    flops_per_device: float
+    bytes_per_device: float
+    comm_s: float
+
+
+class MemoryEstimate(_Frozen):
+    """Bytes per device."""
+
+    capacity_bytes: float
+    reserved_bytes: float
+    weights_bytes: float
+    kv_cache_bytes: float
+    workspace_bytes: float
+    used_bytes: float
+    max_batch: int
+
+
+class Estimate(_Frozen):
+    """One instance, one batch, no queueing (``planner.estimate``)."""
+
+    model: str
+    hardware: str
+    tp: int
+    pp: int
+    ep: int
+    accelerators: int
+    batch: int
+    input_len: int
+    output_len: int
+    weight_dtype: str
+    kv_dtype: str
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    fits: bool
+    memory: MemoryEstimate
+    prefill: PhaseEstimate
+    decode: PhaseEstimate
+    usd_per_h: float | None
+    usd_per_million_output_tokens: float | None
+    infeasible_reason: str | None = None
+    suggestions: list[str] = []
+
+
+def _phase(st: StepTime, time_s: float) -> PhaseEstimate:
+    flops = sum(float(np.ravel(t.op.count * np.asarray(t.op.flops))[0]) for t in st.ops)
+    nbytes = sum(float(np.ravel(t.op.count * np.asarray(t.op.mem_bytes))[0]) for t in st.ops)
+    comm = sum(float(np.ravel(t.time_s)[0]) for t in st.ops if t.op.kind.value.startswith("all_"))
+    return PhaseEstimate(time_s=time_s, bound=str(np.ravel(st.bound)[0]), flops_per_device=flops,
+                         bytes_per_device=nbytes, comm_s=comm)
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1,
+             ep: int = 1, batch: int = 1, input_len: int, output_len: int,
+             weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None) -> Estimate:
+    """Roofline estimate of one instance serving one batch (see module docstring)."""
+    m, hw = get_model(model), get_hardware(hardware)
+    tp, pp, ep, batch = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch)))
+    input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
+    dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
+    lay = Layout.of(tp, ep, pp)
+    check_layout(m, lay)
+    r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes)
+    f = (lambda a: float(np.ravel(a)[0]))
+    ttft, tpot = f(r.ttft_s), f(r.tpot_s)
+    e2e = ttft + (output_len - 1) * tpot
+    devices = int(np.ravel(lay.devices)[0])
+    mem = r.memory
+    fits = bool(np.ravel(mem.fits)[0])
+    usd = devices * hw.price.rent.value if hw.price.rent else None
+    out_tps = batch * output_len / e2e
+    reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len)
+    return Estimate(
+        model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, accelerators=devices, batch=batch,
+        input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
+        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
+        total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,
+        memory=MemoryEstimate(
+            capacity_bytes=f(mem.capacity), reserved_bytes=f(mem.reserved), weights_bytes=f(mem.weights),
+            kv_cache_bytes=f(mem.kv_cache), workspace_bytes=f(mem.workspace), used_bytes=f(mem.used),
+            max_batch=int(f(mem.max_batch))),
+        prefill=_phase(r.prefill, ttft), decode=_phase(r.decode, tpot),
+        usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
+        infeasible_reason=reason, suggestions=suggestions,
+    )
+
+
+def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dtypes: DTypes,
+             batch: int, input_len: int, output_len: int) -> tuple[str, list[str]]:
+    """Say how much memory is missing and which nearby deployments would fit."""
+    f = (lambda a: float(np.ravel(a)[0]) / 1e9)
+    need, cap = f(mem.used), f(mem.capacity)
+    reason = (f"needs {need:.1f} GB per device (weights {f(mem.weights):.1f} GB, KV cache {f(mem.kv_cache):.1f} GB, "
+              f"workspace {f(mem.workspace):.1f} GB, reserve {f(mem.reserved):.1f} GB) but {hw.name} has {cap:.0f} GB")
+    tp0, ep0, pp0 = (int(np.ravel(x)[0]) for x in (lay.tp, lay.ep, lay.pp))
+    options = []
+    for tp in (tp0, 2 * tp0, 4 * tp0, 8 * tp0):
+        for pp in (pp0, 2 * pp0, 4 * pp0):
+            for w in (dtypes.weight, DType.fp8):
+                options.append((tp, max(ep0, 1) if m.moe is None else max(ep0, 1), pp, w))
+    seen, tips = set(), []
+    for tp, ep, pp, w in options:
+        if (tp, ep, pp, w) in seen or (tp, ep, pp, w) == (tp0, ep0, pp0, dtypes.weight):
+            continue
+        seen.add((tp, ep, pp, w))
+        cand = Layout.of(tp, ep, pp)
+        if layout_problems(m, cand)[()] or max(tp, ep) > hw.domain_size:
+            continue
+        dt = DTypes(weight=w, kv=dtypes.kv)
+        ops = layer_ops(m, cand, Step.of(batch, 1.0, input_len), dt)
+        if bool(np.ravel(memory_use(m, hw, cand, ops, dt, batch, input_len + output_len).fits)[0]):
+            tips.append(f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else "") + (f" --pp {pp}" if pp > 1 else "")
+                        + (f" --weight-dtype {w.value}" if w != dtypes.weight else ""))
+        if len(tips) >= 3:
+            break
+    mb = int(np.ravel(mem.max_batch)[0])
+    if mb >= 1:
+        tips.append(f"--batch {mb} (the largest batch that fits this layout)")
+    return reason, tips
+
+
+def operator_breakdown(e: Estimate) -> list[dict]:
+    """Per-operator rows (phase, op, layers, time, FLOPs, bytes, bound) behind an ``Estimate``:
+    the prefill step and the decode step at the middle context length, per device."""
+    m, hw = get_model(e.model), get_hardware(e.hardware)
+    dtypes = resolve_dtypes(m, e.weight_dtype, e.kv_dtype)
+    lay = Layout.of(e.tp, e.ep, e.pp)
+    r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes)
+    rows = []
+    for phase, st in (("prefill", r.prefill), ("decode", r.decode)):
+        for t in st.ops:
+            f = (lambda a: float(np.ravel(a)[0]))
+            rows.append(dict(phase=phase, op=t.op.name, kind=t.op.kind.value, layers=t.op.count,
+                             time_s=f(t.time_s), flops=f(t.op.count * np.asarray(t.op.flops)),
+                             bytes=f(t.op.count * np.asarray(t.op.mem_bytes)),
+                             comm_bytes=f(t.op.count * np.asarray(t.op.comm_bytes)), bound=str(np.ravel(t.bound)[0])))
+        rows.append(dict(phase=phase, op="step_overhead", kind="overhead", layers=1, time_s=st.overhead_s,
+                         flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
+    return rows

@@ -1,0 +1,113 @@
+"""Device memory: weights, KV cache (and linear-attention state), workspace, framework reserve.
+
+Per device of an instance with layout (tp, ep, pp): GEMM weights in the weight dtype, norms and
+the embedding in the activation dtype; the KV cache of the sequences its attention replica
+serves, for its stage's layers. GQA K/V heads are split over TP (replicated when tp > KV heads);
+MLA's latent cache is replicated on every TP rank (so MLA prefers attention DP: ``ep > tp``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.catalog.dtypes import DType
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.model import ModelSpec
+from planner.perf.ops import DTypes, Op, OpKind
+from planner.perf.parallel import Layout
+
+# vLLM's default gpu_memory_utilization = 0.9: 10% of HBM stays out of the engine's pool (CUDA/HIP
+# context, graphs, allocator fragmentation). vLLM engine arguments documentation.
+MEMORY_UTILIZATION = 0.9
+# Tokens a prefill step processes at once (vLLM V1 default max_num_batched_tokens = 8192 for
+# online serving on large GPUs); sizes the activation workspace.
+PREFILL_CHUNK_TOKENS = 8192
+
+
+def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
+    """KV-cache bytes one token adds on one device (its stage's attention layers)."""
+    tp = layout.tp
+    if model.mla is not None:
+        per_layer = np.full(tp.shape, float(model.kv_elements_per_token_layer))
+    else:
+        per_layer = 2.0 * np.maximum(model.num_kv_heads / tp, 1) * model.head_dim
+    return model.num_attention_layers * per_layer * kv_dtype.bytes / layout.pp
+
+
+def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
+    """Constant per-sequence linear-attention state on one device (0 for pure attention models)."""
+    la = model.linear_attention
+    if la is None:
+        return np.zeros(layout.tp.shape)
+    return len(la.layers) * la.state_elements / layout.tp * kv_dtype.bytes / layout.pp
+
+
+def weight_bytes_device(ops: list[Op], layout: Layout, dtypes: DTypes) -> np.ndarray:
+    """Weights stored on the most loaded device: its stage's layers plus embedding and/or head."""
+    layers, ends = 0.0, []
+    for op in ops:
+        size = op.params * (dtypes.weight.bytes if op.kind is OpKind.gemm else dtypes.act.bytes)
+        if op.name in ("embedding", "lm_head"):
+            ends.append(np.asarray(size, dtype=float))
+        else:
+            layers = layers + op.count * size
+    embed, head = ends
+    return layers / layout.pp + np.where(layout.pp > 1, np.maximum(embed, head), embed + head)
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Bytes per device (arrays)."""
+
+    capacity: np.ndarray
+    reserved: np.ndarray
+    weights: np.ndarray
+    workspace: np.ndarray
+    kv_cache: np.ndarray
+    kv_per_sequence: np.ndarray   # bytes one more sequence of the instance adds to a device
+
+    @property
+    def used(self) -> np.ndarray:
+        return self.reserved + self.weights + self.workspace + self.kv_cache
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.used <= self.capacity
+
+    @property
+    def max_batch(self) -> np.ndarray:
+        """Largest number of sequences (whole instance) whose KV fits beside weights and workspace."""
+        free = self.capacity - self.reserved - self.weights - self.workspace
+        return np.floor(np.maximum(free, 0) / self.kv_per_sequence)
+
+
+def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[Op], dtypes: DTypes,
+               batch, context_len) -> MemoryUse:
+    """Memory of one device serving ``batch`` sequences (whole instance) of ``context_len`` tokens."""
+    batch = np.asarray(batch, dtype=float)
+    dp = layout.attention_dp
+    per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
+    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
+        model, layout, dtypes.kv)
+    cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
+    width = max(model.intermediate_size, model.hidden_size) / layout.tp
+    workspace = PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
+    return MemoryUse(
+        capacity=cap,
+        reserved=cap * (1 - MEMORY_UTILIZATION),
+        weights=weight_bytes_device(ops, layout, dtypes) + 0 * cap,
+        workspace=workspace + 0 * cap,
+        kv_cache=batch / dp * per_seq_dev,
+        kv_per_sequence=per_seq_dev / dp,
+    )
+
+
+def kv_cache_bytes_per_token(model: ModelSpec, kv_dtype: DType | str = DType.bf16) -> int:
+    """KV-cache bytes one token adds across all layers of one sequence (no parallelism):
+    GQA ``layers x 2 x kv_heads x head_dim x bytes``; MLA ``layers x (kv_lora + rope) x bytes``.
+    Linear-attention layers add nothing per token (their state is constant per sequence)."""
+    per = kv_bytes_per_token_device(model, Layout.of(), DType(kv_dtype))
+    return int(round(float(per)))
+

@@ -1,0 +1,293 @@
+"""Operators as data: the FLOPs and bytes of every operator of one forward step, per device.
+
+One code path serves prefill and decode. A ``Step`` says how many sequences are in the batch, how
+many new tokens each brings (``q_len``: the prompt in prefill, 1 in decode) and how many tokens
+each already has cached (``ctx``). The layer builders list the operators of each kind of layer
+(attention/MLA/linear mixer, dense/MoE FFN) with their FLOPs, bytes moved and collective payloads
+on one device; all fields are numpy arrays that broadcast over candidates.
+
+Conventions (per device, per layer):
+* a GEMM ``[M, K] x [K, N]`` costs ``2 M K N`` FLOPs and moves weights ``K N`` plus activations
+  ``M (K + N)``;
+* causal attention of ``q`` new tokens over ``ctx`` cached ones scores
+  ``q ctx + q (q + 1) / 2`` query-key pairs per head;
+* MoE expert weights are counted only for experts the step's tokens actually hit: with uniform
+  routing of ``k`` of ``E`` experts, a given expert is missed by all ``T`` tokens with
+  probability ``(1 - k/E)^T``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from planner.catalog.dtypes import DType
+from planner.catalog.model import FFNKind, Mixer, ModelSpec
+from planner.perf.parallel import Layout
+
+# Linear attention (chunked form, chunk 64): state decay + delta-rule update + readout cost
+# ~8 dk dv FLOPs per token and head, intra-chunk attention 2*64*(dk + dv) (Yang et al., Gated
+# DeltaNet, ICLR 2025, Sec. 3; a FLOP estimate, not a measured kernel).
+LINEAR_CHUNK = 64
+
+
+class OpKind(str, Enum):
+    gemm = "gemm"
+    attention = "attention"
+    elementwise = "elementwise"
+    all_reduce = "all_reduce"
+    all_to_all = "all_to_all"
+
+
+COMM_KINDS = (OpKind.all_reduce, OpKind.all_to_all)
+
+
+@dataclass(frozen=True)
+class DTypes:
+    weight: DType = DType.bf16
+    kv: DType = DType.bf16
+    act: DType = DType.bf16
+
+
+@dataclass(frozen=True)
+class Step:
+    """Shapes of one forward step of a whole instance (arrays broadcast)."""
+
+    batch: np.ndarray   # sequences in the step
+    q_len: np.ndarray   # new tokens per sequence
+    ctx: np.ndarray     # cached tokens per sequence before the step
+
+    @classmethod
+    def of(cls, batch, q_len, ctx) -> Step:
+        b, q, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
+        return cls(b, q, c)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator on one device. ``count`` = how many layers of the model contain it."""
+
+    name: str
+    kind: OpKind
+    count: int
+    flops: np.ndarray | float = 0.0
+    weight_bytes: np.ndarray | float = 0.0   # weights read by this step
+    act_bytes: np.ndarray | float = 0.0
+    kv_bytes: np.ndarray | float = 0.0        # KV cache / recurrent state read + written
+    comm_bytes: np.ndarray | float = 0.0      # payload sent per device
+    group: np.ndarray | int = 1               # devices in the collective
+    params: np.ndarray | float = 0.0          # parameters stored on the device (for memory)
+
+    @property
+    def mem_bytes(self):
+        return self.weight_bytes + self.act_bytes + self.kv_bytes
+
+
+@dataclass
+class _Ctx:
+    """Everything a layer builder needs, precomputed once per call."""
+
+    m: ModelSpec
+    lay: Layout
+    step: Step
+    dt: DTypes
+    b_loc: np.ndarray = field(init=False)     # sequences per attention replica
+    tokens: np.ndarray = field(init=False)    # new tokens per attention replica
+    tokens_all: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.b_loc = self.step.batch / self.lay.attention_dp
+        self.tokens = self.b_loc * self.step.q_len
+        self.tokens_all = self.step.batch * self.step.q_len
+
+    @property
+    def pairs(self) -> np.ndarray:
+        q, c = self.step.q_len, self.step.ctx
+        return self.b_loc * (q * c + q * (q + 1) / 2)
+
+    def gemm(self, name: str, count: int, k, n, *, m=None, shard=1, weight_params=None) -> Op:
+        m = self.tokens if m is None else m
+        wb = self.dt.weight.bytes
+        params = k * n / shard if weight_params is None else weight_params
+        return Op(name, OpKind.gemm, count, flops=2.0 * m * k * n / shard, weight_bytes=params * wb,
+                  act_bytes=m * (k + n / shard) * self.dt.act.bytes, params=params)
+
+    def all_reduce(self, name: str, count: int) -> Op:
+        payload = self.tokens * self.m.hidden_size * self.dt.act.bytes
+        return Op(name, OpKind.all_reduce, count, comm_bytes=payload, group=self.lay.tp)
+
+
+def _attention(c: _Ctx, n: int) -> list[Op]:
+    m, tp = c.m, c.lay.tp
+    h, d = m.hidden_size, m.head_dim
+    heads = m.num_heads / tp
+    kv_heads = np.maximum(m.num_kv_heads / tp, 1)
+    q_out = heads * d * (2 if m.attention_output_gate else 1)
+    qkv_n = q_out + 2 * kv_heads * d
+    bias = qkv_n if m.biases else 0
+    kv_tok = 2 * kv_heads * d * c.dt.kv.bytes
+    q, ctx = c.step.q_len, c.step.ctx
+    return [
+        c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias),
+        Op("attention", OpKind.attention, n, flops=4.0 * heads * d * c.pairs,
+           act_bytes=2 * c.tokens * heads * d * c.dt.act.bytes,
+           kv_bytes=c.b_loc * (ctx + 2 * q) * kv_tok),
+        c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0)),
+        c.all_reduce("attn_all_reduce", n),
+    ]
+
+
+def _mla(c: _Ctx, n: int) -> list[Op]:
+    """DeepSeek MLA under TP over heads; the latent cache is replicated on every TP rank.
+    Prefill decompresses K/V (kv_b) and runs MHA; decode absorbs kv_b into q and o and
+    attends in the 512+64-wide latent space (DeepSeek-V2 paper, Sec. 2.1.2 and App. C)."""
+    m, tp, a = c.m, c.lay.tp, c.m.mla
+    assert a is not None
+    h, heads = m.hidden_size, m.num_heads / tp
+    dn, dr, dv, r = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
+    q, ctx, T = c.step.q_len, c.step.ctx, c.tokens
+    ops = []
+    if a.q_lora_rank:
+        ops.append(c.gemm("q_a_proj", n, h, a.q_lora_rank))
+        ops.append(c.gemm("q_b_proj", n, a.q_lora_rank, heads * (dn + dr)))
+    else:
+        ops.append(c.gemm("q_proj", n, h, heads * (dn + dr)))
+    ops.append(c.gemm("kv_a_proj", n, h, r + dr))
+    prefill = q > 1
+    kv_b_params = r * heads * (dn + dv)
+    decompress = 2.0 * c.b_loc * (ctx + q) * kv_b_params
+    absorb = 2.0 * T * heads * (dn * r + r * dv)
+    ops.append(Op("kv_b_proj", OpKind.gemm, n, flops=np.where(prefill, decompress, absorb),
+                  weight_bytes=kv_b_params * c.dt.weight.bytes, params=kv_b_params,
+                  act_bytes=np.where(prefill, c.b_loc * (ctx + q) * (r + heads * (dn + dv)), T * heads * 2 * r)
+                  * c.dt.act.bytes))
+    mha = 2.0 * heads * c.pairs * (dn + dr + dv)
+    latent = 2.0 * heads * c.pairs * (r + dr + r)
+    ops.append(Op("attention", OpKind.attention, n, flops=np.where(prefill, mha, latent),
+                  act_bytes=2 * T * heads * (dn + dr) * c.dt.act.bytes,
+                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes))
+    ops.append(c.gemm("o_proj", n, heads * dv, h))
+    ops.append(c.all_reduce("attn_all_reduce", n))
+    return ops
+
+
+def _linear_attention(c: _Ctx, n: int) -> list[Op]:
+    """Gated DeltaNet (Qwen3-Next) / Kimi Delta Attention: projections, a recurrent state of
+    ``heads x dk x dv`` per sequence read and written once per step, short causal convs."""
+    m, tp, la = c.m, c.lay.tp, c.m.linear_attention
+    assert la is not None
+    h = m.hidden_size
+    nk, nv = la.num_key_heads / tp, la.num_value_heads / tp
+    dk, dv = la.key_head_dim, la.value_head_dim
+    qkv = 2 * nk * dk + nv * dv
+    if la.kind == "kda":   # q,k,v + beta (b_proj) + low-rank forget/output gates (rank -> heads*dv)
+        proj_n = qkv + nv
+        gate = 2 * (h * la.gate_rank + la.gate_rank * nv * dv)
+    else:                  # gated deltanet: qkvz + (beta, alpha) per value head
+        proj_n = qkv + nv * dv + 2 * nv
+        gate = 0
+    state = nv * dk * dv + qkv * (la.conv_kernel - 1)
+    q = c.step.q_len
+    flops_tok = nv * (8.0 * dk * dv + 2.0 * (qkv * la.conv_kernel)) + np.where(
+        q > 1, nv * 2.0 * LINEAR_CHUNK * (dk + dv), 0.0)
+    return [
+        c.gemm("linear_in_proj", n, h, proj_n + gate / h, weight_params=h * proj_n + gate),
+        Op("linear_attention", OpKind.attention, n, flops=c.tokens * flops_tok,
+           act_bytes=c.tokens * (qkv + nv * dv) * c.dt.act.bytes,
+           kv_bytes=2 * c.b_loc * state * c.dt.kv.bytes),
+        c.gemm("linear_out_proj", n, nv * dv, h),
+        c.all_reduce("attn_all_reduce", n),
+    ]
+
+
+def _dense_ffn(c: _Ctx, n: int) -> list[Op]:
+    m, tp = c.m, c.lay.tp
+    h, width = m.hidden_size, m.intermediate_size / tp
+    up = (2 if m.gated_ffn else 1) * width
+    return [
+        c.gemm("ffn_up", n, h, up, weight_params=h * up + (up if m.biases else 0)),
+        c.gemm("ffn_down", n, width, h, weight_params=width * h + (h if m.biases else 0)),
+        c.all_reduce("ffn_all_reduce", n),
+    ]
+
+
+def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
+    """Routed experts (+ shared experts). With ``ep <= tp`` every device of the TP group holds
+    all tokens: it runs its experts on the tokens routed to them and one all-reduce sums the
+    results (vLLM TP + expert parallel). With ``ep > tp`` (attention data parallel) tokens are
+    dispatched to their experts' devices and combined back by all-to-all (DeepEP-style)."""
+    m, lay, moe = c.m, c.lay, c.m.moe
+    assert moe is not None
+    h, E, k = m.hidden_size, moe.num_experts, moe.experts_per_token
+    ab = c.dt.act.bytes
+    expert_params = 3 * h * moe.expert_intermediate_size
+    hit = 1.0 - (1.0 - k / E) ** c.tokens_all               # fraction of experts this step touches
+    routed = c.tokens_all * k / lay.stage_devices            # expert-token assignments per device
+    stored = E / lay.ep * expert_params / lay.expert_tp
+    a2a = lay.attention_dp > 1
+    dispatch = np.where(a2a, c.tokens_all / lay.stage_devices * k * h * ab, 0.0)
+    ops = [c.gemm("router", n, h, E)]
+    if np.any(a2a):
+        ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, group=lay.ep))
+    ops.append(Op("experts", OpKind.gemm, n, flops=2.0 * routed * expert_params,
+                  weight_bytes=stored * hit * c.dt.weight.bytes,
+                  act_bytes=routed * (2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp) * ab,
+                  params=stored))
+    if moe.num_shared_experts:
+        width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
+        ops.append(c.gemm("shared_expert_up", n, h, 2 * width))
+        ops.append(c.gemm("shared_expert_down", n, width, h))
+    if np.any(a2a):
+        ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, group=lay.ep))
+    ops.append(c.all_reduce("ffn_all_reduce", n))
+    return ops
+
+
+def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
+    """Two fused residual-add + norm kernels (each reads 2 and writes 1 ``tokens x hidden``
+    tensor; the hidden state is replicated across TP ranks) plus the FFN activation (reads the
+    up-projection, writes half of it): memory-bound. Params: norm weights (and biases)."""
+    m = c.m
+    params = (4 if m.biases else 2) * m.hidden_size
+    if m.qk_norm and mixer is Mixer.attention:
+        params += 2 * m.head_dim
+    if m.mla is not None and mixer is Mixer.attention:
+        params += m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)
+    width = (m.moe.experts_per_token * m.moe.expert_intermediate_size if m.moe is not None
+             else m.intermediate_size) / c.lay.tp
+    passes = 6 * m.hidden_size + (3 if m.gated_ffn else 2) * width
+    return Op("norms_residual", OpKind.elementwise, n, act_bytes=passes * c.tokens * c.dt.act.bytes, params=params)
+
+
+_MIXERS = {Mixer.linear: _linear_attention}
+_FFNS = {FFNKind.dense: _dense_ffn, FFNKind.moe: _moe_ffn}
+
+
+def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> list[Op]:
+    """Every operator of one forward step on one device, for the whole model (all layers, all
+    stages: per-stage figures are these divided by ``pp``), plus the embedding and LM head."""
+    c = _Ctx(model, layout, step, dtypes)
+    ops: list[Op] = []
+    for (mixer, ffn), count in model.layer_kinds().items():
+        mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
+        ops += mixer_fn(c, count) + _FFNS[ffn](c, count) + [_norms(c, count, mixer)]
+    ops += _embedding_and_head(c)
+    return ops
+
+
+def _embedding_and_head(c: _Ctx) -> list[Op]:
+    """Vocab-parallel embedding lookup and LM head; logits only for the last token of each
+    sequence. BLOOM also has an embedding LayerNorm; every model a final norm."""
+    m, tp = c.m, c.lay.tp
+    h, V = m.hidden_size, m.vocab_size
+    embed_params = V * h / tp + (2 * h if m.embedding_norm else 0) + (2 * h if m.biases else h)
+    head = c.gemm("lm_head", 1, h, V, m=c.b_loc, shard=tp,
+                  weight_params=0.0 if m.tie_word_embeddings else V * h / tp)
+    if m.tie_word_embeddings:   # weights shared with the embedding: still read, not stored twice
+        head = Op(head.name, head.kind, 1, flops=head.flops, weight_bytes=V * h / tp * c.dt.weight.bytes,
+                  act_bytes=head.act_bytes)
+    embed = Op("embedding", OpKind.elementwise, 1, act_bytes=2 * c.tokens * h * c.dt.act.bytes,
+               params=embed_params)
+    return [embed, head]

@@ -1,0 +1,88 @@
+"""Parallel layout of one serving instance, and its validation.
+
+An instance is ``pp`` pipeline stages of ``D = max(tp, ep)`` devices each:
+
+* attention runs tensor-parallel over ``tp`` devices, replicated ``D / tp`` times
+  (attention data parallelism: each replica serves its own share of the batch);
+* MoE experts are split over ``ep`` devices, each expert tensor-parallel over ``D / ep``.
+
+So ``--tp 8`` is vLLM's default TP=8, ``--tp 8 --ep 8`` is vLLM's ``enable_expert_parallel`` on
+the same 8 GPUs, and ``--tp 1 --ep 320`` is CloudMatrix-Infer's DP320 attention + EP320 decode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.catalog.model import ModelSpec
+from planner.errors import InputError
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Parallel degrees, broadcast as integer arrays."""
+
+    tp: np.ndarray
+    ep: np.ndarray
+    pp: np.ndarray
+
+    @classmethod
+    def of(cls, tp=1, ep=1, pp=1) -> Layout:
+        tp, ep, pp = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (tp, ep, pp)))
+        return cls(tp, ep, pp)
+
+    @property
+    def stage_devices(self) -> np.ndarray:
+        return np.maximum(self.tp, self.ep)
+
+    @property
+    def attention_dp(self) -> np.ndarray:
+        return self.stage_devices // self.tp
+
+    @property
+    def expert_tp(self) -> np.ndarray:
+        return self.stage_devices // self.ep
+
+    @property
+    def devices(self) -> np.ndarray:
+        return self.stage_devices * self.pp
+
+
+def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
+    """Per candidate, a reason string why the layout is invalid for the model, or ''."""
+    tp, ep, pp = layout.tp, layout.ep, layout.pp
+    why = np.full(tp.shape, "", dtype=object)
+
+    def flag(mask: np.ndarray, text: str) -> None:
+        sel = np.asarray(mask) & (why == "")
+        why[sel] = text
+
+    flag((tp < 1) | (ep < 1) | (pp < 1), "tp, ep and pp must be >= 1")
+    flag(model.num_heads % np.maximum(tp, 1) != 0, f"tp must divide the {model.num_heads} attention heads")
+    kv = model.num_kv_heads
+    flag((kv % np.maximum(tp, 1) != 0) & (np.maximum(tp, 1) % kv != 0),
+         f"tp must divide, or be a multiple of, the {kv} KV heads")
+    la = model.linear_attention
+    if la is not None:
+        flag(la.num_value_heads % np.maximum(tp, 1) != 0,
+             f"tp must divide the {la.num_value_heads} linear-attention heads")
+    if model.moe is None:
+        flag(ep != 1, "ep > 1 needs a mixture-of-experts model")
+    else:
+        flag(model.moe.num_experts % np.maximum(ep, 1) != 0, f"ep must divide the {model.moe.num_experts} experts")
+    big, small = np.maximum(tp, ep), np.maximum(np.minimum(tp, ep), 1)
+    flag(big % small != 0, "the larger of tp and ep must be a multiple of the smaller")
+    flag(pp > model.num_layers, f"pp cannot exceed the {model.num_layers} layers")
+    return why
+
+
+def check_layout(model: ModelSpec, layout: Layout) -> None:
+    """Raise ``InputError`` for the first invalid candidate (scalar use: the CLI and ``estimate``)."""
+    why = layout_problems(model, layout)
+    bad = np.flatnonzero(why != "")
+    if bad.size:
+        i = bad[0]
+        tp, ep, pp = (int(np.ravel(x)[i]) for x in (layout.tp, layout.ep, layout.pp))
+        raise InputError(f"invalid parallel layout tp={tp} ep={ep} pp={pp} for {model.name}: {np.ravel(why)[i]}")

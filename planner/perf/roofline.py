@@ -1,0 +1,91 @@
+"""Roofline time of a forward step.
+
+Each operator takes ``max(FLOPs / (peak x gemm_eff), bytes / (HBM bw x mem_eff))`` on its device;
+collectives take their alpha-beta time on the link they use (``comm.py``). Compute and
+communication are not overlapped (conservative: engines overlap part of it), and a fixed
+per-step engine overhead is added (profile ``efficiency.step_overhead``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.model import ModelSpec
+from planner.perf.comm import collective_time
+from planner.perf.ops import COMM_KINDS, DTypes, Op, Step, layer_ops
+from planner.perf.parallel import Layout
+
+
+class Bound(str, Enum):
+    compute = "compute"
+    memory = "memory"
+    comm = "comm"
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One operator's time on its device, for all of its layers (seconds, arrays)."""
+
+    op: Op
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    comm_s: np.ndarray
+
+    @property
+    def time_s(self) -> np.ndarray:
+        return self.op.count * np.maximum(np.maximum(self.compute_s, self.memory_s), self.comm_s)
+
+    @property
+    def bound(self) -> np.ndarray:
+        return np.where(self.comm_s > 0, Bound.comm.value,
+                        np.where(self.compute_s >= self.memory_s, Bound.compute.value, Bound.memory.value))
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A whole forward step through all layers of the model (all pipeline stages in sequence)."""
+
+    ops: list[OpTime]
+    overhead_s: float
+
+    @property
+    def layers_s(self) -> np.ndarray:
+        return sum(t.time_s for t in self.ops)
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.layers_s + self.overhead_s
+
+    def time_by_bound(self) -> dict[Bound, np.ndarray]:
+        out = {b: 0.0 for b in Bound}
+        for t in self.ops:
+            for b in Bound:
+                out[b] = out[b] + np.where(t.bound == b.value, t.time_s, 0.0)
+        return out
+
+    @property
+    def bound(self) -> np.ndarray:
+        """The resource whose operators take the most time."""
+        parts = self.time_by_bound()
+        stacked = np.stack(np.broadcast_arrays(*(parts[b] for b in Bound)))
+        return np.array([b.value for b in Bound], dtype=object)[np.argmax(stacked, axis=0)]
+
+
+def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
+    peak = hw.peak_flops_per_s(dtypes.weight) * hw.efficiency.gemm.value
+    bw = hw.memory.bandwidth.value * hw.efficiency.memory.value
+    compute = np.asarray(op.flops, dtype=float) / peak
+    memory = np.asarray(op.mem_bytes, dtype=float) / bw
+    comm = (collective_time(hw, op.kind.value, op.comm_bytes, op.group) if op.kind in COMM_KINDS
+            else np.zeros(1))
+    return OpTime(op, compute, memory, comm)
+
+
+def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
+    """Time of one forward step of ``step.batch`` sequences through all layers."""
+    ops = layer_ops(model, layout, step, dtypes)
+    return StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)

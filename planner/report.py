@@ -1,0 +1,41 @@
+"""Presentation: rich tables and JSON for the CLI. No physics here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+# Wide enough for the per-operator tables when output is piped (rich defaults to 80 columns).
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+
+
+def print_json(data: Any) -> None:
+    """One JSON object on stdout and nothing else."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def si(value: float, unit: str, digits: int = 3) -> str:
+    """``1.234e12, 'B/s'`` -> ``1.23 TB/s`` (decimal prefixes, as vendors quote)."""
+    if value == 0:
+        return f"0 {unit}"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    for factor, prefix in ((1e-3, "m"), (1e-6, "µ"), (1e-9, "n")):
+        if abs(value) >= factor:
+            return f"{value / factor:.{digits}g} {prefix}{unit}"
+    return f"{value:.{digits}g} {unit}"
+
+
+def key_value_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in rows:
+        table.add_row(k, v)
+    return table

@@ -1,0 +1,41 @@
+"""Rich rendering of an ``Estimate`` (``planner whatif``)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from planner.perf.estimate import Estimate, operator_breakdown
+from planner.report import key_value_table, out, si
+
+
+def print_estimate(e: Estimate, explain: bool = False) -> None:
+    layout = f"tp={e.tp} pp={e.pp} ep={e.ep} ({e.accelerators} x {e.hardware})"
+    mem = e.memory
+    rows = [
+        ("layout", layout),
+        ("batch x lengths", f"{e.batch} x ({e.input_len} in, {e.output_len} out)"),
+        ("dtypes", f"weights {e.weight_dtype}, KV {e.kv_dtype}"),
+        ("TTFT", f"{si(e.ttft_s, 's')}  ({e.prefill.bound}-bound, comm {si(e.prefill.comm_s, 's')})"),
+        ("TPOT", f"{si(e.tpot_s, 's')}  ({e.decode.bound}-bound, comm {si(e.decode.comm_s, 's')})"),
+        ("end-to-end", si(e.e2e_s, "s")),
+        ("output tokens/s", f"{e.output_tokens_per_s:,.0f}  ({e.output_tokens_per_s / e.accelerators:,.0f} per device)"),
+        ("total tokens/s", f"{e.total_tokens_per_s:,.0f}"),
+        ("memory / device", f"{si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')}: weights "
+                            f"{si(mem.weights_bytes, 'B')}, KV {si(mem.kv_cache_bytes, 'B')}, workspace "
+                            f"{si(mem.workspace_bytes, 'B')}, reserve {si(mem.reserved_bytes, 'B')}"),
+        ("max batch that fits", f"{mem.max_batch:,}"),
+        ("fits", "yes" if e.fits else "[bold red]no[/]"),
+    ]
+    if e.usd_per_h is not None:
+        rows.append(("cost", f"${e.usd_per_h:,.2f}/h, ${e.usd_per_million_output_tokens:,.2f} per M output tokens"))
+    out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
+    if explain:
+        t = Table(title="Per-operator breakdown (per device, all layers)")
+        for col in ("phase", "operator", "layers", "time", "share", "FLOPs", "bytes", "comm bytes", "bound"):
+            t.add_column(col, justify="right" if col not in ("phase", "operator", "bound") else "left")
+        totals = {"prefill": e.ttft_s, "decode": e.tpot_s}
+        for r in operator_breakdown(e):
+            t.add_row(r["phase"], r["op"], str(r["layers"]), si(r["time_s"], "s"),
+                      f"{100 * r['time_s'] / totals[r['phase']]:.1f}%", si(r["flops"], "FLOP"),
+                      si(r["bytes"], "B"), si(r["comm_bytes"], "B"), r["bound"])
+        out.print(t)
