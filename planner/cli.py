@@ -1,16 +1,36 @@
 """Command-line interface: a thin typer layer over the public API.
 
-Errors: bad input -> one line on stderr, exit 2; an understood but infeasible request
-(model does not fit, ...) -> the answer and why, exit 1. Heavy modules load inside commands.
+Errors: bad input -> one line on stderr, exit 2 (typer/click usage errors too); an understood but
+infeasible request (model does not fit, ...) -> the answer and why, exit 1. Heavy modules load
+inside commands, so ``planner --help`` starts fast.
 """
 
 from __future__ import annotations
 
-import sys
+import functools
+from collections.abc import Callable
 from enum import Enum
-from typing import Optional
+from typing import TypeVar
 
 import typer
+
+F = TypeVar("F", bound=Callable)
+
+
+def _guard(fn: F) -> F:
+    """Turn planner errors into one line on stderr and their exit code (2 input, 1 infeasible)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from planner.errors import PlannerError
+
+        try:
+            return fn(*args, **kwargs)
+        except PlannerError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="LLM serving-cluster capacity planner: roofline models of prefill and decode.")
@@ -30,12 +50,14 @@ class DTypeOpt(str, Enum):
 
 
 @hardware_app.command("list")
+@_guard
 def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the bundled hardware profiles."""
-    from planner.catalog.hardware import hardware, list_hardware
-    from planner.catalog.dtypes import DType
-    from planner.report import out, print_json, si
     from rich.table import Table
+
+    from planner.catalog.dtypes import DType
+    from planner.catalog.hardware import hardware, list_hardware
+    from planner.report import out, print_json, si
 
     rows = []
     for name in list_hardware():
@@ -58,12 +80,14 @@ def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
 
 @hardware_app.command("show")
+@_guard
 def hardware_show(name: str = typer.Argument(..., help="Profile name or a YAML file."),
                   json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show every figure of a profile with its source."""
+    from rich.table import Table
+
     from planner.catalog.hardware import _figures, hardware
     from planner.report import out, print_json
-    from rich.table import Table
 
     h = hardware(name)
     if json_out:
@@ -84,12 +108,14 @@ def hardware_show(name: str = typer.Argument(..., help="Profile name or a YAML f
 
 
 @models_app.command("list")
+@_guard
 def models_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List the bundled models."""
+    from rich.table import Table
+
     from planner.catalog.model_catalog import list_models, model
     from planner.perf.params import parameter_counts
     from planner.report import out, print_json
-    from rich.table import Table
 
     rows = []
     for name in list_models():
@@ -111,6 +137,7 @@ def models_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.
 
 
 @models_app.command("show")
+@_guard
 def models_show(name: str = typer.Argument(..., help="Catalog name or a local config.json."),
                 json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show a model's architecture, parameter counts and KV bytes per token."""
@@ -131,6 +158,7 @@ def models_show(name: str = typer.Argument(..., help="Catalog name or a local co
 
 
 @app.command()
+@_guard
 def whatif(
     model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file."),
@@ -141,7 +169,7 @@ def whatif(
     input_len: int = typer.Option(..., "--input-len", "-i", min=1, help="Prompt tokens per sequence."),
     output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per sequence."),
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
-    kv_dtype: Optional[DTypeOpt] = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
+    kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown."),
 ) -> None:
@@ -165,25 +193,8 @@ def whatif(
 
 
 def main() -> None:
-    """Entry point: map planner errors to one-line messages and exit codes."""
-    from planner.errors import PlannerError
-
-    try:
-        code = app(standalone_mode=False)
-    except PlannerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as e:  # click usage errors (typer may vendor click) carry a message and exit code
-        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
-    sys.exit(code if isinstance(code, int) else 0)
+    """Console-script entry point."""
+    app()
 
 
 if __name__ == "__main__":

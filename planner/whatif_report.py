@@ -18,7 +18,8 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("TTFT", f"{si(e.ttft_s, 's')}  ({e.prefill.bound}-bound, comm {si(e.prefill.comm_s, 's')})"),
         ("TPOT", f"{si(e.tpot_s, 's')}  ({e.decode.bound}-bound, comm {si(e.decode.comm_s, 's')})"),
         ("end-to-end", si(e.e2e_s, "s")),
-        ("output tokens/s", f"{e.output_tokens_per_s:,.0f}  ({e.output_tokens_per_s / e.accelerators:,.0f} per device)"),
+        ("output tokens/s",
+         f"{e.output_tokens_per_s:,.0f}  ({e.output_tokens_per_s / e.accelerators:,.0f} per device)"),
         ("total tokens/s", f"{e.total_tokens_per_s:,.0f}"),
         ("memory / device", f"{si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')}: weights "
                             f"{si(mem.weights_bytes, 'B')}, KV {si(mem.kv_cache_bytes, 'B')}, workspace "

@@ -33,6 +33,11 @@ from planner.perf.roofline import StepTime, step_time
 _SIMPSON = ((0.0, 1 / 6), (0.5, 4 / 6), (1.0, 1 / 6))
 
 
+def _first(a) -> float:
+    """The scalar of a one-candidate array."""
+    return float(np.ravel(a)[0])
+
+
 @dataclass(frozen=True)
 class PhaseTimes:
     """Vectorized result of ``evaluate`` (arrays over candidates)."""
@@ -167,7 +172,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay)
     r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes)
-    f = (lambda a: float(np.ravel(a)[0]))
+    f = _first
     ttft, tpot = f(r.ttft_s), f(r.tpot_s)
     e2e = ttft + (output_len - 1) * tpot
     devices = int(np.ravel(lay.devices)[0])
@@ -194,7 +199,9 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
 def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dtypes: DTypes,
              batch: int, input_len: int, output_len: int) -> tuple[str, list[str]]:
     """Say how much memory is missing and which nearby deployments would fit."""
-    f = (lambda a: float(np.ravel(a)[0]) / 1e9)
+    def f(a) -> float:
+        return _first(a) / 1e9
+
     need, cap = f(mem.used), f(mem.capacity)
     reason = (f"needs {need:.1f} GB per device (weights {f(mem.weights):.1f} GB, KV cache {f(mem.kv_cache):.1f} GB, "
               f"workspace {f(mem.workspace):.1f} GB, reserve {f(mem.reserved):.1f} GB) but {hw.name} has {cap:.0f} GB")
@@ -235,7 +242,7 @@ def operator_breakdown(e: Estimate) -> list[dict]:
     rows = []
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):
         for t in st.ops:
-            f = (lambda a: float(np.ravel(a)[0]))
+            f = _first
             rows.append(dict(phase=phase, op=t.op.name, kind=t.op.kind.value, layers=t.op.count,
                              time_s=f(t.time_s), flops=f(t.op.count * np.asarray(t.op.flops)),
                              bytes=f(t.op.count * np.asarray(t.op.mem_bytes)),

@@ -81,7 +81,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     compute = np.asarray(op.flops, dtype=float) / peak
     memory = np.asarray(op.mem_bytes, dtype=float) / bw
     comm = (collective_time(hw, op.kind.value, op.comm_bytes, op.group) if op.kind in COMM_KINDS
-            else np.zeros(1))
+            else np.zeros(()))
     return OpTime(op, compute, memory, comm)
 
 

@@ -1,0 +1,71 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+WHATIF = ["whatif", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "16", "--input-len", "2048",
+          "--output-len", "256", "--json"]
+
+
+@pytest.mark.parametrize("hw", ["h100-sxm", "mi300x", "ascend-910c"])
+def test_whatif_json(hw):
+    r = runner.invoke(app, [*WHATIF, "--hardware", hw])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    for key in ("ttft_s", "tpot_s", "output_tokens_per_s", "total_tokens_per_s", "fits"):
+        assert key in data
+    assert data["fits"] and 0 < data["tpot_s"] < data["ttft_s"]
+
+
+def test_whatif_deepseek_with_ep():
+    r = runner.invoke(app, ["whatif", "--model", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--ep", "8",
+                            "--batch", "32", "--input-len", "2048", "--output-len", "256", "--weight-dtype", "fp8",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["ep"] == 8
+
+
+def test_whatif_explain_lists_operators():
+    r = runner.invoke(app, [*WHATIF[:-1], "--hardware", "h100-sxm", "--explain"])
+    assert r.exit_code == 0
+    for op in ("qkv_proj", "attention", "ffn_up", "ffn_all_reduce", "step_overhead"):
+        assert op in r.stdout
+
+
+def test_does_not_fit_exits_1_with_advice():
+    r = runner.invoke(app, ["whatif", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--tp", "4",
+                            "--input-len", "100", "--output-len", "10"])
+    assert r.exit_code == 1
+    assert "does not fit" in r.stderr and "would fit" in r.stderr
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--hardware", "h100-sx"], "did you mean 'h100-sxm'"),
+    (["--hardware", "h100-sxm", "--tp", "3"], "tp must divide the 64 attention heads"),
+    (["--hardware", "h100-sxm", "--batch", "0"], "batch"),
+    (["--hardware", "h100-sxm", "--input-len", "-1"], "input-len"),
+])
+def test_bad_input_exit_2_one_line(args, match):
+    r = runner.invoke(app, ["whatif", "--model", "llama-3.1-70b", "--input-len", "10", "--output-len", "10", *args])
+    assert r.exit_code == 2
+    assert match in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_malformed_profile_exit_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbase: h100-sxm\ndescription: x\nmemory:\n  capacity: {value: lots, source: x}\n")
+    r = runner.invoke(app, ["whatif", "--model", "llama-3.1-8b", "--hardware", str(bad), "-i", "10", "-o", "1"])
+    assert r.exit_code == 2 and "bad.yaml:5" in r.stderr
+
+
+def test_catalog_commands():
+    for cmd in (["hardware", "list"], ["hardware", "show", "cloudmatrix384"], ["models", "list"],
+                ["models", "show", "deepseek-v3"]):
+        r = runner.invoke(app, cmd)
+        assert r.exit_code == 0, (cmd, r.output)
+    r = runner.invoke(app, ["models", "show", "deepseek-v3", "--json"])
+    assert json.loads(r.stdout)["kv_bytes_per_token_bf16"] == 70272

@@ -1,0 +1,82 @@
+import pytest
+
+import planner
+from planner.catalog.dtypes import DType
+from planner.catalog.hardware import _figures, load_hardware_file
+from planner.errors import InputError
+
+REQUIRED = ["a100-80g", "h100-sxm", "h200", "b200", "mi300x", "mi325x", "mi355x", "ascend-910b", "ascend-910c"]
+
+
+def test_required_profiles_present():
+    assert set(REQUIRED) <= set(planner.list_hardware())
+
+
+@pytest.mark.parametrize("name", REQUIRED + ["cloudmatrix384"])
+def test_every_figure_has_a_resolvable_source(name):
+    hw = planner.hardware(name)
+    figures = _figures(hw)
+    assert len(figures) >= 15
+    for path, fig in figures:
+        assert fig.source in hw.sources, path
+        assert hw.sources[fig.source].strip(), path
+
+
+def test_nvidia_dense_is_half_of_datasheet_sparse():
+    # H100 SXM datasheet: 1,979 (BF16) and 3,958 (FP8) TFLOPS "with sparsity".
+    h100 = planner.hardware("h100-sxm")
+    assert h100.peak_flops[DType.bf16].value == pytest.approx(1979e12 / 2, rel=1e-3)
+    assert h100.peak_flops[DType.fp8].value == pytest.approx(3958e12 / 2, rel=1e-3)
+
+
+def test_link_bandwidth_is_per_direction():
+    # NVLink 4: 900 GB/s bidirectional aggregate -> 450 GB/s each way.
+    assert planner.hardware("h100-sxm").scale_up.bandwidth_per_direction.value == pytest.approx(450e9)
+    # ConnectX-7: 400 Gb/s = 50 GB/s.
+    assert planner.hardware("h100-sxm").scale_out.bandwidth_per_direction.value == pytest.approx(50e9)
+
+
+def test_cloudmatrix384_is_910c_on_a_384_npu_domain():
+    cm, c = planner.hardware("cloudmatrix384"), planner.hardware("ascend-910c")
+    assert cm.domain_size == 384 and c.domain_size == 8
+    assert cm.peak_flops == c.peak_flops and cm.memory == c.memory
+
+
+def test_no_fp8_on_a100_falls_back_to_bf16_compute():
+    a100 = planner.hardware("a100-80g")
+    assert a100.compute_dtype(DType.fp8) is DType.bf16
+    assert planner.hardware("h100-sxm").compute_dtype(DType.fp8) is DType.fp8
+
+
+def test_unknown_hardware_suggests_close_match():
+    with pytest.raises(InputError, match="did you mean 'h100-sxm'"):
+        planner.hardware("h100-sx")
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nvendor: nvidia\npeak_flops: {bf16: [1, 2\n")
+    with pytest.raises(InputError, match=r"bad\.yaml:\d+: YAML syntax error"):
+        load_hardware_file(bad)
+
+
+def test_unknown_key_gets_did_you_mean(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\nbase: h100-sxm\ndescription: test\nmemroy: {}\n")
+    with pytest.raises(InputError, match=r"mine\.yaml:4 memroy: unknown key; did you mean 'memory'"):
+        load_hardware_file(f)
+
+
+def test_user_profile_overrides_base(tmp_path):
+    f = tmp_path / "h100-capped.yaml"
+    f.write_text("name: h100-capped\nbase: h100-sxm\ndescription: capped\n"
+                 "power:\n  tdp: {value: 350 W, source: mine}\nsources:\n  mine: my measurement\n")
+    hw = planner.hardware(str(f))
+    assert hw.power.tdp.value == 350 and hw.memory.capacity.value == 80e9
+
+
+def test_bad_value_names_field(tmp_path):
+    f = tmp_path / "neg.yaml"
+    f.write_text("name: neg\nbase: h100-sxm\ndescription: x\nefficiency:\n  gemm: {value: 1.5, source: nanoflow}\n")
+    with pytest.raises(InputError, match=r"neg\.yaml:5 efficiency\.gemm\.value: .*\(0, 1\]"):
+        load_hardware_file(f)

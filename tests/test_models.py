@@ -1,0 +1,121 @@
+import json
+
+import pytest
+
+import planner
+from planner.errors import InputError
+from planner.perf.params import parameter_counts
+
+REQUIRED = ["llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "bloom-176b", "mixtral-8x7b",
+            "qwen3-235b-a22b", "deepseek-v3"]
+
+# Published / independently derived totals (shared/data/hf-configs/README.md table 4.3: HF totals,
+# BLOOM model card 176,247,271,424, Kimi-Linear = its summed safetensors listing).
+PARAMS = {
+    "llama-2-70b": (68_976_648_192, 68_976_648_192),
+    "llama-3.1-8b": (8_030_261_248, 8_030_261_248),
+    "llama-3.1-70b": (70_553_706_496, 70_553_706_496),
+    "llama-3.1-405b": (405_853_388_800, 405_853_388_800),
+    "bloom-176b": (176_247_271_424, 176_247_271_424),
+    "mixtral-8x7b": (46_702_792_704, 12_879_925_248),
+    "qwen3-235b-a22b": (235_093_634_560, 22_190_763_520),
+    "qwen3-32b": (32_762_123_264, 32_762_123_264),
+    "deepseek-v3": (671_026_419_200, 37_552_297_472),
+    "kimi-k2": (1_026_408_232_448, 32_861_500_928),
+    "qwen3-next-80b-a3b": (79_674_391_296, 3_874_929_408),
+    "kimi-linear-48b-a3b": (49_122_681_728, 3_484_459_904),
+}
+
+
+def test_required_models_and_a_hybrid():
+    names = planner.list_models()
+    assert set(REQUIRED) <= set(names)
+    assert any(planner.model(n).linear_attention is not None for n in names)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_parameter_counts_match_published(name):
+    # Exact for dense and GQA/MoE models. DeepSeek/Kimi-K2 omit the per-expert router bias
+    # (e_score_correction_bias: 256 x 58 = 14,848 params); the hybrids' small gate/conv vectors
+    # are approximated: all within 0.01%.
+    total, active = parameter_counts(planner.model(name))
+    assert total == pytest.approx(PARAMS[name][0], rel=1e-4)
+    assert active == pytest.approx(PARAMS[name][1], rel=5e-4)
+
+
+def test_kv_bytes_per_token_by_hand():
+    # Llama-3.1-70B bf16: 80 layers x 8 KV heads x 128 x 2 (K,V) x 2 B
+    assert planner.kv_cache_bytes_per_token("llama-3.1-70b") == 80 * 8 * 128 * 2 * 2 == 327_680
+    # DeepSeek-V3 MLA bf16: 61 layers x (512 latent + 64 rope) x 2 B
+    assert planner.kv_cache_bytes_per_token("deepseek-v3") == 61 * (512 + 64) * 2 == 70_272
+    # BLOOM-176B is MHA: 70 x 112 heads x 128 x 2 x 2 B
+    assert planner.kv_cache_bytes_per_token("bloom-176b") == 70 * 112 * 128 * 2 * 2
+    # Qwen3-Next: only the 12 full-attention layers cache per token: 12 x 2 KV heads x 256 x 2 x 2 B
+    assert planner.kv_cache_bytes_per_token("qwen3-next-80b-a3b") == 12 * 2 * 256 * 2 * 2 == 24_576
+    # fp8 KV halves it
+    assert planner.kv_cache_bytes_per_token("llama-3.1-70b", "fp8") == 163_840
+
+
+def test_hybrid_layer_layout():
+    q = planner.model("qwen3-next-80b-a3b")
+    assert q.num_attention_layers == 12 and q.mixer(3).value == "attention" and q.mixer(0).value == "linear"
+    k = planner.model("kimi-linear-48b-a3b")
+    assert [i for i in range(k.num_layers) if k.mixer(i).value == "attention"] == [3, 7, 11, 15, 19, 23, 26]
+    # Per-sequence recurrent + conv state (elements), shared/data/hf-configs README 4.4
+    assert q.linear_attention.state_elements == 524_288 + 24_576
+    assert k.linear_attention.state_elements == 524_288 + 36_864
+
+
+def test_deepseek_dense_first_layers():
+    m = planner.model("deepseek-v3")
+    kinds = {(a.value, f.value): n for (a, f), n in m.layer_kinds().items()}
+    assert kinds == {("attention", "dense"): 3, ("attention", "moe"): 58}
+    assert m.moe.num_shared_experts == 1 and m.mla.kv_lora_rank == 512
+
+
+@pytest.mark.parametrize("fname,catalog", [
+    ("mistralai--Mixtral-8x7B-v0.1.json", "mixtral-8x7b"),
+    ("Qwen--Qwen3-235B-A22B.json", "qwen3-235b-a22b"),
+    ("deepseek-ai--DeepSeek-V3.json", "deepseek-v3"),
+    ("Qwen--Qwen3-Next-80B-A3B-Thinking.json", "qwen3-next-80b-a3b"),
+    ("moonshotai--Kimi-Linear-48B-A3B-Instruct.json", "kimi-linear-48b-a3b"),
+])
+def test_local_config_json_matches_catalog(hf_configs, fname, catalog):
+    mine = planner.model_from_hf_config(hf_configs / fname)
+    ref = planner.model(catalog)
+    assert mine.model_dump(exclude={"name", "source"}) == ref.model_dump(exclude={"name", "source"})
+
+
+def test_unsupported_family_is_named(hf_configs):
+    with pytest.raises(InputError, match="'gpt_oss', which is not supported"):
+        planner.model_from_hf_config(hf_configs / "openai--gpt-oss-120b.json")
+
+
+def test_missing_field_is_named(tmp_path, hf_configs):
+    cfg = json.loads((hf_configs / "deepseek-ai--DeepSeek-V3.json").read_text())
+    del cfg["kv_lora_rank"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="missing field 'kv_lora_rank'"):
+        planner.model_from_hf_config(p)
+
+
+def test_bad_json_has_line(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{\n  "model_type": "llama",\n  oops\n}')
+    with pytest.raises(InputError, match=r"config\.json:3: not valid JSON"):
+        planner.model_from_hf_config(p)
+
+
+def test_inconsistent_heads(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(dict(model_type="llama", hidden_size=4096, num_attention_heads=32,
+                                 num_key_value_heads=5, num_hidden_layers=2, vocab_size=100,
+                                 intermediate_size=1000)))
+    with pytest.raises(InputError, match="num_key_value_heads|num_kv_heads"):
+        planner.model_from_hf_config(p)
+
+
+def test_unknown_model_suggests():
+    with pytest.raises(InputError, match="did you mean 'deepseek-v3'"):
+        planner.model("deepseek-v4")

@@ -1,0 +1,106 @@
+"""FLOPs, bytes and times derived by hand from the architecture, compared with the engine."""
+
+import numpy as np
+import pytest
+
+import planner
+from planner.catalog.dtypes import DType
+from planner.perf.memory import weight_bytes_device
+from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops
+from planner.perf.parallel import Layout
+from planner.perf.roofline import op_time
+
+BF16 = DTypes()
+
+
+def _per_layer_flops(ops, names):
+    return sum(float(np.asarray(o.flops)) for o in ops if o.name in names)
+
+
+def test_dense_layer_prefill_flops_by_hand():
+    m = planner.model("llama-3.1-70b")
+    s = 1024                       # one prompt of 1024 tokens, nothing cached
+    ops = layer_ops(m, Layout.of(1, 1, 1), Step.of(1, s, 0), BF16)
+    h, nh, nkv, d, inter = 8192, 64, 8, 128, 28672
+    gemm = 2 * s * (h * (nh + 2 * nkv) * d + nh * d * h + 3 * h * inter)
+    attention = 4 * nh * d * s * (s + 1) / 2       # QK^T and PV over causal pairs
+    got = _per_layer_flops(ops, {"qkv_proj", "attention", "o_proj", "ffn_up", "ffn_down"})
+    assert got == pytest.approx(gemm + attention, rel=1e-12)
+
+
+def test_dense_layer_decode_flops_and_kv_bytes_by_hand():
+    m = planner.model("llama-3.1-70b")
+    b, ctx = 8, 4000
+    ops = layer_ops(m, Layout.of(1, 1, 1), Step.of(b, 1, ctx), BF16)
+    att = next(o for o in ops if o.name == "attention")
+    assert float(att.flops) == pytest.approx(4 * 64 * 128 * b * (ctx + 1))
+    # reads ctx+1 cached tokens and writes 1, each 2 x 8 x 128 x 2 B per layer
+    assert float(att.kv_bytes) == pytest.approx(b * (ctx + 2) * 2 * 8 * 128 * 2)
+
+
+def test_moe_layer_flops_by_hand():
+    m = planner.model("mixtral-8x7b")
+    T = 512
+    ops = layer_ops(m, Layout.of(1, 1, 1), Step.of(1, T, 0), BF16)
+    h, inter, E, k = 4096, 14336, 8, 2
+    assert _per_layer_flops(ops, {"experts"}) == pytest.approx(2 * T * k * 3 * h * inter)
+    assert _per_layer_flops(ops, {"router"}) == pytest.approx(2 * T * h * E)
+
+
+def test_moe_touched_expert_weights_at_small_batch():
+    # One decode token of DeepSeek-V3 hits 8 of 256 experts: 8 x 3 x 7168 x 2048 B in fp8.
+    m = planner.model("deepseek-v3")
+    ops = layer_ops(m, Layout.of(1, 1, 1), Step.of(1, 1, 100), DTypes(weight=DType.fp8))
+    experts = next(o for o in ops if o.name == "experts")
+    assert float(experts.weight_bytes) == pytest.approx(8 * 3 * 7168 * 2048)
+
+
+def test_weight_bytes_per_device_under_tp_by_hand():
+    m = planner.model("llama-3.1-70b")
+    lay = Layout.of(8, 1, 1)
+    ops = layer_ops(m, lay, Step.of(1, 1, 0), BF16)
+    h, nh, nkv, d, inter, V, L = 8192, 64, 8, 128, 28672, 128256, 80
+    gemm_per_layer = (h * (nh + 2 * nkv) * d + nh * d * h + 3 * h * inter) / 8
+    norms_per_layer = 2 * h                                   # replicated on every rank
+    expected = 2 * (L * (gemm_per_layer + norms_per_layer) + 2 * V * h / 8 + h)
+    assert float(weight_bytes_device(ops, lay, BF16)) == pytest.approx(expected)
+
+
+def test_expert_weights_per_device_under_ep_by_hand():
+    m = planner.model("deepseek-v3")
+    lay = Layout.of(1, 32, 1)
+    ops = layer_ops(m, lay, Step.of(1, 1, 0), DTypes(weight=DType.fp8))
+    experts = next(o for o in ops if o.name == "experts")
+    assert float(experts.params) == pytest.approx(256 / 32 * 3 * 7168 * 2048)
+
+
+def test_roofline_time_of_one_gemm():
+    hw = planner.hardware("h100-sxm")
+    M, K, N = 4096, 8192, 8192
+    op = Op("g", OpKind.gemm, 1, flops=2 * M * K * N, weight_bytes=K * N * 2, act_bytes=M * (K + N) * 2)
+    t = op_time(hw, op, BF16)
+    compute = 2 * M * K * N / (989.4e12 * 0.75)          # dense BF16 peak x GEMM efficiency
+    memory = (K * N + M * (K + N)) * 2 / (3.35e12 * 0.85)
+    assert float(t.time_s) == pytest.approx(max(compute, memory)) and compute > memory
+    assert str(t.bound) == "compute"
+    gemv = Op("g", OpKind.gemm, 1, flops=2 * K * N, weight_bytes=K * N * 2, act_bytes=(K + N) * 2)
+    t1 = op_time(hw, gemv, BF16)
+    assert float(t1.time_s) == pytest.approx((K * N + K + N) * 2 / (3.35e12 * 0.85)) and str(t1.bound) == "memory"
+
+
+def test_tp_all_reduce_time_by_hand():
+    hw = planner.hardware("h100-sxm")
+    m = planner.model("llama-3.1-70b")
+    ops = layer_ops(m, Layout.of(8, 1, 1), Step.of(1, 1000, 0), BF16)
+    ar = next(o for o in ops if o.name == "ffn_all_reduce")
+    payload = 1000 * 8192 * 2
+    expected = 2 * 7 / 8 * payload / (450e9 * 1.0) + 10e-6      # ring, busbw convention, + latency
+    assert float(op_time(hw, ar, BF16).comm_s) == pytest.approx(expected)
+
+
+def test_vectorized_over_candidates():
+    m = planner.model("llama-3.1-70b")
+    tp = np.array([1, 2, 4, 8])
+    ops = layer_ops(m, Layout.of(tp, 1, 1), Step.of(np.array([1, 1, 1, 1]), 1, 100), BF16)
+    qkv = next(o for o in ops if o.name == "qkv_proj")
+    assert np.allclose(np.asarray(qkv.flops) * tp, float(np.asarray(qkv.flops)[0]))
