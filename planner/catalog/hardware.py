@@ -105,6 +105,9 @@ class Link(_Frozen):
 class Power(_Frozen):
     tdp: Watts
     idle: Watts
+    memory_bound_activity: Fraction = Fraction(
+        value=0.49, source="splitwisesim_power",
+        note="(token-phase 380 W - idle 75 W) / (TDP 700 W - 75 W) on H100; A100 gives 0.55")
 
 
 class Price(_Frozen):

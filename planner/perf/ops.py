@@ -291,3 +291,16 @@ def _embedding_and_head(c: _Ctx) -> list[Op]:
     embed = Op("embedding", OpKind.elementwise, 1, act_bytes=2 * c.tokens * h * c.dt.act.bytes,
                params=embed_params)
     return [embed, head]
+
+
+def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
+    """Operators of one iteration that runs two groups of tokens together (continuous batching:
+    decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
+    pair up one to one: work and traffic add, weights are read once (the larger touched set)."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        out.append(Op(x.name, x.kind, x.count, flops=x.flops + y.flops,
+                      weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
+                      act_bytes=x.act_bytes + y.act_bytes, kv_bytes=x.kv_bytes + y.kv_bytes,
+                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params))
+    return out

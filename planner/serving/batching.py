@@ -1,0 +1,53 @@
+"""Continuous batching: the time and power of one engine iteration.
+
+Iteration-level scheduling (Orca; vLLM, SGLang, TensorRT-LLM): every iteration runs one decode
+token for each running sequence and, with chunked prefill, up to ``max_batched_tokens - decodes``
+prompt tokens (Sarathi-Serve). Without chunked prefill, prompts run in their own iterations and
+stall the decodes. The iteration's operators are the decode step's and the prefill chunk's,
+merged (``perf.ops.merge_ops``): one weight read serves both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.model import ModelSpec
+from planner.perf.comm import collective_time
+from planner.perf.ops import DTypes, Step, layer_ops, merge_ops
+from planner.perf.parallel import Layout
+from planner.perf.power import step_power_w
+from planner.perf.roofline import StepTime, op_time
+
+
+class Engine(BaseModel):
+    """Serving-engine knobs (defaults: vLLM V1)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    chunked_prefill: bool = True
+    max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
+    max_num_seqs: int = Field(1024, ge=1, description="most sequences decoding at once")
+
+
+@dataclass(frozen=True)
+class Iteration:
+    time_s: np.ndarray
+    power_w: np.ndarray   # per device
+
+
+def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
+              prefill_tokens, prompt_len) -> Iteration:
+    """One iteration of ``n_decode`` decode tokens (mean context ``decode_ctx``) and
+    ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
+    parallelism the batch is split in ``pp`` micro-batches that each cross every stage."""
+    pp = lay.pp
+    dec = layer_ops(model, lay, Step.of(np.asarray(n_decode, float) / pp, 1.0, decode_ctx), dtypes)
+    pre = layer_ops(model, lay, Step.of(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
+                                        prompt_len, 0.0), dtypes)
+    st = StepTime([op_time(hw, op, dtypes) for op in merge_ops(dec, pre)], hw.efficiency.step_overhead.value)
+    tokens = (np.asarray(n_decode, float) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
+    p2p = collective_time(hw, "p2p", tokens * model.hidden_size * dtypes.act.bytes, lay.devices)
+    return Iteration(st.total_s + np.where(pp > 1, pp * p2p, 0.0), step_power_w(hw, st))

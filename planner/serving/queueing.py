@@ -1,0 +1,181 @@
+"""Analytic steady state of one instance under continuous batching, vectorized.
+
+The curve is parametrized by the mean number of sequences decoding, ``n`` (a grid per
+candidate), which gives everything else explicitly, with no inner solve:
+
+* balance: per iteration ``n / E[O]`` requests finish, so ``p = n E[I_prefill] / E[O]`` prompt
+  tokens must be prefilled per iteration on average;
+* TPOT(n) = time of a decode iteration of ``n`` sequences plus the prefill time they wait for:
+  ``p`` tokens at the marginal cost of a prompt-sized chunk (prompts arrive in compute-bound
+  lumps, mixed into the iteration with chunked prefill or run before it without);
+* Little's law: the request rate this sustains is ``lambda(n) = n / (E[O] TPOT(n))``;
+* TTFT: prefill is a single server of ``mu`` tokens/s (the iteration budget left by decodes);
+  the wait follows Kingman's G/G/1 approximation ``E[W] = rho/(1-rho) (ca^2 + cs^2)/2 E[S]``
+  with an exponential tail beyond the probability ``rho`` of waiting;
+* TPOT percentiles: normal, with the variance of the decode batch (~Poisson(n), M/G/inf, scaled
+  by the arrival burstiness ``ca^2``) plus that of the prompt lumps landing in a request's gaps;
+* limits: KV-cache memory (``n`` sequences at their length-biased mean context), the iteration
+  token budget, ``max_num_seqs``, and ``rho < 1``.
+
+Less accurate than the simulator near saturation (rho > ~0.85), for heavy-tailed prompt lengths
+(TTFT tails), for output-length tails (E2E), and at very small n (discrete batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.model import ModelSpec
+from planner.perf.memory import MEMORY_UTILIZATION, PREFILL_CHUNK_TOKENS, kv_bytes_per_token_device, \
+    state_bytes_per_sequence_device, weight_bytes_device
+from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.parallel import Layout
+from planner.serving.batching import Engine, iteration
+from planner.serving.slo import PERCENTILES, SLO
+from planner.serving.workload import LengthStats
+
+GRID = 40
+_Z = {"p50": 0.0, "p90": float(ndtri(0.9)), "p99": float(ndtri(0.99))}
+_QV = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+# limit codes per grid point
+OK, KV, BUDGET, SEQS, UNSTABLE = "ok", "kv_cache_memory", "iteration_token_budget", "max_num_seqs", "prefill_capacity"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Arrays of shape (candidates, GRID), per instance."""
+
+    n: np.ndarray
+    rate: np.ndarray            # requests/s sustained
+    tpot: dict[str, np.ndarray]   # mean, p50, p90, p99
+    ttft: dict[str, np.ndarray]
+    e2e: dict[str, np.ndarray]
+    rho: np.ndarray             # prefill server utilisation
+    power_w: np.ndarray         # per device
+    n_max: np.ndarray           # (candidates,) largest decode batch memory/budget/engine allow
+    limit: np.ndarray           # (candidates,) what bounds n_max
+    devices: np.ndarray         # (candidates,)
+    mean_output: float
+
+    @property
+    def output_tokens_per_s(self) -> np.ndarray:
+        return self.rate * self.mean_output
+
+
+def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
+                     stats: LengthStats) -> tuple[np.ndarray, np.ndarray]:
+    """(largest mean decode batch, the limit that sets it) per candidate."""
+    ops = layer_ops(model, lay, Step.of(1, 1, 0), dtypes)
+    cap = hw.memory.capacity.value
+    workspace = PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * max(model.intermediate_size, model.hidden_size)
+                                        / lay.tp) * dtypes.act.bytes
+    free = cap * MEMORY_UTILIZATION - weight_bytes_device(ops, lay, dtypes) - workspace
+    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv) * stats.mean_decode_ctx
+               + state_bytes_per_sequence_device(model, lay, dtypes.kv)) / lay.attention_dp
+    n_kv = np.maximum(free, 0) / per_seq
+    n_budget = np.full(np.shape(n_kv), engine.max_batched_tokens - 1.0)   # decodes must fit the token budget
+    limits = np.stack(np.broadcast_arrays(n_kv, n_budget, np.full(np.shape(n_kv), float(engine.max_num_seqs))))
+    names = np.array([KV, BUDGET, SEQS], dtype=object)
+    return limits.min(axis=0), names[limits.argmin(axis=0)]
+
+
+def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
+                  stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID) -> Curve:
+    """Steady-state metrics of each candidate layout on a grid of decode batch sizes."""
+    n_max, limit = max_decode_batch(model, hw, lay, dtypes, engine, stats)
+    n_max = np.atleast_1d(n_max)
+    frac = np.linspace(0.0, 1.0, grid)[None, :]
+    n = np.where(n_max[:, None] >= 1, np.maximum(n_max[:, None], 1.0) ** frac, np.nan)   # 1 .. n_max
+    L = Layout.of(*(np.atleast_1d(x)[:, None] for x in (lay.tp, lay.ep, lay.pp)))
+    I, O, Lp, ctx = stats.mean_prefill, stats.mean_output, stats.mean_prompt_len, stats.mean_decode_ctx
+    p = n * I / O                              # prompt tokens per iteration, on average
+    C = engine.max_batched_tokens
+    # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
+    # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
+    # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
+    chunk = np.minimum(np.maximum(C - n, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
+    n_with_chunk = n if engine.chunked_prefill else 0 * n
+    it = iteration(model, hw, L, dtypes, np.concatenate([n, n_with_chunk], 1), ctx,
+                   np.concatenate([0 * n, chunk], 1), Lp)
+    t_dec, t_chunk = np.split(it.time_s, 2, axis=1)
+    p_dec, p_chunk = np.split(it.power_w, 2, axis=1)
+    marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
+    tpot = t_dec + p * marginal
+    mu = chunk / t_chunk                       # prompt tokens/s while the prefill queue is busy
+    power = (p_dec * t_dec + p_chunk * p * marginal) / tpot
+    rate = n / (O * tpot)
+    rho = rate * I / mu
+    s_mean = I / mu
+    cs2 = stats.second_prefill / I**2 - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait = np.where(rho < 1, rho / (1 - rho) * (arrival_scv + cs2) / 2 * s_mean, np.inf)
+    slope = np.gradient(tpot, axis=1) / np.maximum(np.gradient(n, axis=1), 1e-9)
+    # spread of a request's TPOT: the decode batch fluctuates (~Poisson(n), scaled by ca^2), and
+    # a Poisson number of prompt lumps (lambda x decode time) lands in its O - 1 gaps
+    var_tpot = (np.maximum(slope, 0) ** 2 * n * arrival_scv
+                + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
+    sd_tpot = np.sqrt(var_tpot)
+    ttft = {"mean": wait + s_mean + tpot}
+    tpot_q = {"mean": tpot}
+    e2e = {}
+    for k, (pq, oq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles)):
+        q = _QV[k]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
+        ttft[k] = w_q + pq / mu + tpot
+        tpot_q[k] = tpot + _Z[k] * sd_tpot
+        e2e[k] = ttft["mean"] + (oq - 1) * tpot_q[k]
+    e2e["mean"] = ttft["mean"] + (O - 1) * tpot
+    devices = np.atleast_1d(lay.devices)
+    return Curve(n, rate, tpot_q, ttft, e2e, rho, power, n_max, np.atleast_1d(limit), devices, O)
+
+
+def slo_ok(curve: Curve, slo: SLO, stats_support: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Grid points (candidates, GRID) that are stable and meet every SLO target."""
+    ok = np.isfinite(curve.rate) & (curve.rho < 1)
+    for metric, values in (("ttft_s", curve.ttft), ("tpot_s", curve.tpot), ("e2e_s", curve.e2e)):
+        for p, bound in getattr(slo, metric).items():
+            ok &= values[p] <= bound
+    if slo.attainment is not None:
+        ok &= attainment(curve, slo) >= slo.attainment
+    return ok
+
+
+def attainment(curve: Curve, slo: SLO) -> np.ndarray:
+    """Analytic fraction of requests meeting the per-request thresholds (independence assumed)."""
+    th = slo.thresholds()
+    frac = np.ones_like(curve.rate)
+    if "ttft_s" in th:
+        # TTFT ~ mean service + wait; P(wait <= x) = 1 - rho exp(-x rho / E[W])
+        base = curve.ttft["p50"] - np.where(curve.rho > 0.5, 0, 0)  # median service + one iteration
+        wait_mean = np.maximum(curve.ttft["mean"] - base, 1e-12)
+        x = th["ttft_s"] - base
+        rho = np.clip(curve.rho, 1e-12, 1 - 1e-12)
+        frac *= np.where(x < 0, 0.0, 1 - rho * np.exp(-x * rho / wait_mean))
+    if "tpot_s" in th:
+        spread = np.maximum(curve.tpot["p90"] - curve.tpot["mean"], 1e-12) / _Z["p90"]
+        frac *= ndtr((th["tpot_s"] - curve.tpot["mean"]) / spread)
+    if "e2e_s" in th:
+        spread = np.maximum(curve.e2e["p90"] - curve.e2e["p50"], 1e-12) / _Z["p90"]
+        frac *= ndtr((th["e2e_s"] - curve.e2e["p50"]) / spread)
+    return frac
+
+
+def interpolate(curve: Curve, values: np.ndarray, rate) -> np.ndarray:
+    """``values`` (candidates, GRID) at per-instance request ``rate`` (candidates,), linear in rate;
+    NaN beyond the curve's largest rate."""
+    rate = np.broadcast_to(np.asarray(rate, float), curve.rate.shape[:1])
+    r = np.where(np.isfinite(curve.rate), curve.rate, np.inf)
+    idx = np.clip((r < rate[:, None]).sum(axis=1), 1, r.shape[1] - 1)
+    rows = np.arange(len(rate))
+    r0, r1 = r[rows, idx - 1], r[rows, idx]
+    w = np.clip((rate - r0) / np.where(r1 > r0, r1 - r0, 1.0), 0.0, 1.0)
+    out = values[rows, idx - 1] * (1 - w) + values[rows, idx] * w
+    below = rate < r[:, 0]          # lighter than one decoding sequence: take the n=1 point
+    out = np.where(below, values[:, 0], out)
+    return np.where(rate > np.nanmax(np.where(np.isfinite(curve.rate), curve.rate, np.nan), axis=1), np.nan, out)

@@ -1,0 +1,259 @@
+"""Seeded discrete-event simulation of instances under continuous batching, one event per engine
+iteration (the granularity at which vLLM/SGLang/TensorRT-LLM schedule).
+
+Each iteration: arrivals join the waiting queue; the scheduler keeps every running sequence
+decoding (one token each) and fills the rest of the token budget with prompt chunks, FCFS
+(chunked prefill), or, without chunked prefill, runs waiting prompts in an iteration of their own
+before resuming decodes (prefill-first). A request is admitted only if its prompt's KV fits;
+when decode growth overflows the KV pool the newest running request is preempted and later
+recomputed (vLLM's recompute policy). The iteration's duration comes from the same roofline
+engine as the analytic model, tabulated over (decodes, mean context, prefill tokens) and
+interpolated.
+
+Requests are routed to instances uniformly at random (seeded), so each instance sees a thinned
+copy of the arrival process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.model import ModelSpec
+from planner.perf.memory import MEMORY_UTILIZATION, PREFILL_CHUNK_TOKENS, kv_bytes_per_token_device, \
+    state_bytes_per_sequence_device, weight_bytes_device
+from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.parallel import Layout
+from planner.serving.batching import Engine, iteration
+
+
+class IterationTable:
+    """Iteration time and device power on a grid of (decodes, mean decode context, prefill
+    tokens), evaluated in one vectorized roofline call; trilinear interpolation. Axes are
+    geometric (plus a zero point), so a lookup finds its cell with one logarithm per axis."""
+
+    POINTS = 20
+
+    def __init__(self, model, hw, lay: Layout, dtypes, engine: Engine, max_ctx: float, prompt_len: float,
+                 max_decode: int):
+        self.axes = [self._axis(1.0, max(max_decode, 2)), self._axis(16.0, max(max_ctx, 32)),
+                     self._axis(16.0, engine.max_batched_tokens)]
+        N, Cx, P = np.meshgrid(*self.axes, indexing="ij")
+        it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len)
+        self._t = it.time_s.reshape(N.shape).tolist()      # plain floats: fast scalar lookups
+        self._w = np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape).tolist()
+        self._geo = [(math.log(a[1]), math.log(a[-1] / a[1]) / (len(a) - 2)) for a in self.axes]
+        self._lists = [a.tolist() for a in self.axes]
+
+    def _axis(self, lo: float, hi: float) -> np.ndarray:
+        return np.concatenate([[0.0], np.geomspace(lo, hi, self.POINTS)])
+
+    def _cell(self, d: int, x: float) -> tuple[int, float]:
+        axis, (log0, step) = self._lists[d], self._geo[d]
+        if x <= axis[1]:
+            return 0, max(x, 0.0) / axis[1]
+        i = min(int((math.log(x) - log0) / step) + 1, len(axis) - 2)
+        lo, hi = axis[i], axis[i + 1]
+        return i, (x - lo) / (hi - lo)
+
+    def __call__(self, n: float, ctx: float, p: float) -> tuple[float, float]:
+        i, a = self._cell(0, n)
+        j, b = self._cell(1, ctx)
+        k, c = self._cell(2, p)
+        out = []
+        for arr in (self._t, self._w):
+            lo, hi = arr[i], arr[i + 1]
+            v = 0.0
+            for jj, wb in ((j, 1 - b), (j + 1, b)):
+                for kk, wc in ((k, 1 - c), (k + 1, c)):
+                    v += wb * wc * (lo[jj][kk] * (1 - a) + hi[jj][kk] * a)
+            out.append(v)
+        return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Per-request latencies (s) of completed requests, and instance-level totals."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    makespan_s: float
+    energy_j: float          # all devices of all instances
+    preemptions: int
+    iterations: int
+
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.e2e_s) / self.makespan_s
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return float(self.output_len.sum()) / self.makespan_s
+
+
+def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes) -> tuple[float, float, float]:
+    """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide."""
+    ops = layer_ops(model, lay, Step.of(1, 1, 0), dtypes)
+    workspace = PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * max(model.intermediate_size, model.hidden_size)
+                                        / lay.tp) * dtypes.act.bytes
+    free_dev = hw.memory.capacity.value * MEMORY_UTILIZATION - weight_bytes_device(ops, lay, dtypes) - workspace
+    dp = float(np.ravel(lay.attention_dp)[0])
+    per_tok = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv))[0])
+    state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv))[0])
+    return float(np.ravel(free_dev)[0]) * dp, per_tok, state
+
+
+def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
+             arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, *, instances: int = 1,
+             prefix_hit: float = 0.0, seed: int = 0, warmup_frac: float = 0.1) -> SimResult:
+    """Simulate ``instances`` identical instances serving the given requests."""
+    rng = np.random.default_rng(seed)
+    route = rng.integers(0, instances, len(arrival_s))
+    free, per_tok, state = kv_capacity(model, hw, lay, dtypes)
+    table = IterationTable(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)),
+                           float(np.mean(input_len)), engine.max_num_seqs)
+    devices = int(np.ravel(lay.devices)[0])
+    ttft = np.full(len(arrival_s), np.nan)
+    done = np.full(len(arrival_s), np.nan)
+    energy, preempt, iters, end = 0.0, 0, 0, 0.0
+    for k in range(instances):
+        ids = np.flatnonzero(route == k)
+        e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
+                                         free, per_tok, state, ttft, done)
+        energy += e * devices
+        preempt += pr
+        iters += it
+        end = max(end, t_end)
+    # discard the warm-up (first arrivals) when measuring
+    keep = np.isfinite(done) & (arrival_s >= arrival_s.min() + warmup_frac * (arrival_s.max() - arrival_s.min()))
+    o = output_len[keep]
+    tpot = np.where(o > 1, (done[keep] - (ttft[keep] + arrival_s[keep])) / np.maximum(o - 1, 1), 0.0)
+    span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
+    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters)
+
+
+def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
+                  kv_free, per_tok, state, ttft, done):
+    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids``."""
+    budget_total, max_seqs, chunked = engine.max_batched_tokens, engine.max_num_seqs, engine.chunked_prefill
+    arr = arrival_s[ids]
+    need_prefill = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
+    full_in = input_len[ids].astype(np.int64)
+    out = output_len[ids].astype(np.int64)
+    waiting: deque[int] = deque()          # local indices, FCFS; preempted go to the front
+    remaining_prefill = need_prefill.copy()
+    run_id = np.empty(0, dtype=np.int64)   # decoding sequences
+    run_left = np.empty(0, dtype=np.int64)
+    run_ctx = np.empty(0, dtype=np.float64)
+    ctx_sum = 0.0
+    kv_used = 0.0
+    generated = np.zeros(len(ids), dtype=np.int64)
+    admitted = np.zeros(len(ids), dtype=bool)
+    now, nxt, energy, preemptions, iters = 0.0, 0, 0.0, 0, 0
+    n_total = len(ids)
+    finished = 0
+    while finished < n_total:
+        while nxt < n_total and arr[nxt] <= now:
+            waiting.append(nxt)
+            nxt += 1
+        n_dec = len(run_id)
+        if n_dec == 0 and not waiting:
+            now = arr[nxt]
+            continue
+        # ---- schedule prompt tokens ----
+        prefill_only = (not chunked) and bool(waiting)
+        budget = budget_total if prefill_only else budget_total - n_dec
+        chunk: list[tuple[int, int]] = []
+        seqs = n_dec
+        for r in waiting:
+            if budget <= 0 or seqs >= max_seqs:
+                break
+            if not admitted[r]:
+                need = (full_in[r] + generated[r]) * per_tok + state
+                if kv_used + need > kv_free:
+                    break                          # admission waits for KV space (FCFS)
+                kv_used += need
+                admitted[r] = True
+            take = int(min(remaining_prefill[r], budget))
+            chunk.append((r, take))
+            budget -= take
+            seqs += 1
+        p_tokens = sum(t for _, t in chunk)
+        if p_tokens == 0 and n_dec == 0:
+            now = max(now, arr[nxt]) if nxt < n_total else now   # blocked on KV with nothing running
+            continue
+        steps = 1
+        if prefill_only:
+            tau, watts = table(0, 16.0, p_tokens)
+        else:
+            ctx_mean = ctx_sum / n_dec if n_dec else 16.0
+            tau, watts = table(n_dec, ctx_mean, p_tokens)
+            if p_tokens == 0:
+                # fast-forward identical decode-only iterations up to the next event: an arrival,
+                # a sequence finishing, or the KV pool filling
+                horizon = int(run_left.min())
+                if nxt < n_total:
+                    horizon = min(horizon, max(1, int(np.ceil((arr[nxt] - now) / tau))))
+                room = int((kv_free - kv_used) // (n_dec * per_tok)) if per_tok > 0 else horizon
+                steps = max(1, min(horizon, room))
+                if steps > 1:
+                    tau, watts = table(n_dec, ctx_mean + (steps - 1) / 2, 0)
+        now += tau * steps
+        energy += tau * steps * watts
+        iters += steps
+        # ---- decode progress ----
+        if n_dec and not prefill_only:
+            run_left -= steps
+            run_ctx += steps
+            ctx_sum += n_dec * steps
+            generated[run_id] += steps
+            kv_used += n_dec * per_tok * steps
+            fin = run_left <= 0
+            if fin.any():
+                for r in run_id[fin]:
+                    done[ids[r]] = now
+                    kv_used -= (full_in[r] + generated[r]) * per_tok + state
+                finished += int(fin.sum())
+                keep = ~fin
+                ctx_sum -= float(run_ctx[fin].sum())
+                run_id, run_left, run_ctx = run_id[keep], run_left[keep], run_ctx[keep]
+            while kv_used > kv_free and len(run_id):          # preempt the newest, recompute later
+                r = int(run_id[-1])
+                kv_used -= (full_in[r] + generated[r]) * per_tok + state
+                admitted[r] = False
+                remaining_prefill[r] = need_prefill[r] + generated[r]
+                waiting.appendleft(r)
+                ctx_sum -= float(run_ctx[-1])
+                run_id, run_left, run_ctx = run_id[:-1], run_left[:-1], run_ctx[:-1]
+                preemptions += 1
+        # ---- prefill progress ----
+        new_ids, new_left, new_ctx = [], [], []
+        for r, take in chunk:
+            remaining_prefill[r] -= take
+            if remaining_prefill[r] == 0:
+                waiting.remove(r)
+                if np.isnan(ttft[ids[r]]):
+                    ttft[ids[r]] = now - arr[r]
+                    generated[r] += 1
+                left = out[r] - generated[r]
+                if left <= 0:
+                    done[ids[r]] = now
+                    kv_used -= (full_in[r] + generated[r]) * per_tok + state
+                    finished += 1
+                else:
+                    new_ids.append(r)
+                    new_left.append(left)
+                    new_ctx.append(full_in[r] + generated[r])
+        if new_ids:
+            run_id = np.concatenate([run_id, new_ids]).astype(np.int64)
+            run_left = np.concatenate([run_left, new_left]).astype(np.int64)
+            run_ctx = np.concatenate([run_ctx, new_ctx]).astype(np.float64)
+            ctx_sum += float(sum(new_ctx))
+    return energy, preemptions, iters, now

@@ -1,0 +1,231 @@
+"""Workloads: arrival process, input/output length distributions, prefix-cache hits.
+
+Every distribution gives (a) seeded samples for the simulator and (b) a weighted *support*
+(values, probabilities) from which the analytic model takes moments and quantiles, so both
+evaluators see the same distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.serving.trace import Trace, load_trace
+
+_SUPPORT_POINTS = 512  # stratified quantiles representing a continuous distribution
+_Z90 = 1.2815515655446004
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Fixed(_Spec):
+    dist: Literal["fixed"] = "fixed"
+    value: int = Field(gt=0, description="tokens")
+
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([float(self.value)]), np.array([1.0])
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.full(n, self.value, dtype=np.int64)
+
+
+class LogNormal(_Spec):
+    """Log-normal token count given by its median and either its P90 or ``sigma`` (of ln),
+    clipped to [min, max]."""
+
+    dist: Literal["lognormal"] = "lognormal"
+    median: float = Field(gt=0)
+    p90: float | None = Field(None, gt=0)
+    sigma: float | None = Field(None, gt=0)
+    min: int = Field(1, ge=1)
+    max: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> LogNormal:
+        if (self.p90 is None) == (self.sigma is None):
+            raise ValueError("give exactly one of p90 or sigma")
+        if self.p90 is not None and self.p90 <= self.median:
+            raise ValueError(f"p90 ({self.p90}) must exceed the median ({self.median})")
+        if self.max is not None and self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+    @property
+    def _sigma(self) -> float:
+        return self.sigma if self.sigma is not None else math.log(self.p90 / self.median) / _Z90
+
+    def _clip(self, x: np.ndarray) -> np.ndarray:
+        return np.clip(np.round(x), self.min, self.max if self.max is not None else np.inf)
+
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
+        from scipy.special import ndtri
+
+        q = (np.arange(_SUPPORT_POINTS) + 0.5) / _SUPPORT_POINTS
+        values = self._clip(self.median * np.exp(self._sigma * ndtri(q)))
+        return values, np.full(_SUPPORT_POINTS, 1.0 / _SUPPORT_POINTS)
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self._clip(rng.lognormal(math.log(self.median), self._sigma, n)).astype(np.int64)
+
+
+class FromTrace(_Spec):
+    """The empirical lengths of a trace (bundled name or CSV path)."""
+
+    dist: Literal["trace"] = "trace"
+    trace: str
+
+    def _values(self, column: str) -> np.ndarray:
+        t = load_trace(self.trace)
+        return np.maximum(getattr(t, column), 1).astype(float)
+
+
+Length = Annotated[Union[Fixed, LogNormal, FromTrace], Field(discriminator="dist")]
+
+
+class Arrival(_Spec):
+    """``poisson``: exponential gaps; ``gamma``: Gamma gaps with coefficient of variation ``cv``
+    (cv > 1 is burstier than Poisson); ``trace``: replay the trace's timestamps, rescaled to the
+    workload rate if one is given."""
+
+    process: Literal["poisson", "gamma", "trace"] = "poisson"
+    cv: float = Field(1.0, gt=0, description="coefficient of variation of inter-arrival gaps (gamma)")
+
+    @property
+    def scv(self) -> float:
+        """Squared coefficient of variation of the gaps (1 for Poisson)."""
+        return 1.0 if self.process == "poisson" else self.cv**2
+
+
+class Workload(_Spec):
+    """Requests: their rate, arrival process and token lengths.
+
+    ``trace: NAME`` is shorthand for input and output lengths sampled jointly from that trace (and
+    its timestamps, when ``arrival.process`` is ``trace``). ``prefix_hit`` is the fraction of
+    prompt tokens found in the prefix cache: they cost no prefill compute but still occupy KV.
+    """
+
+    rate: float | None = Field(None, gt=0, description="requests per second (default: the trace's mean rate)")
+    arrival: Arrival = Arrival()
+    trace: str | None = None
+    input: Length | None = None
+    output: Length | None = None
+    prefix_hit: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        if self.trace is None and (self.input is None or self.output is None):
+            raise ValueError("give input and output length distributions, or a trace")
+        if self.rate is None and self.trace is None:
+            raise ValueError("give a rate (requests per second)")
+        if self.arrival.process == "trace" and self.trace is None:
+            raise ValueError("arrival.process 'trace' needs a trace")
+        return self
+
+    # -- derived -------------------------------------------------------------------------------
+    def _trace(self) -> Trace | None:
+        return load_trace(self.trace) if self.trace else None
+
+    @property
+    def request_rate(self) -> float:
+        if self.rate is not None:
+            return self.rate
+        return self._trace().mean_rate  # type: ignore[union-attr]
+
+    def with_rate(self, rate: float) -> Workload:
+        return self.model_copy(update={"rate": rate})
+
+    def joint_support(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(input lengths, output lengths, probabilities) of the request mix."""
+        t = self._trace()
+        if t is not None and self.input is None and self.output is None:
+            i, o = np.maximum(t.input_len, 1).astype(float), np.maximum(t.output_len, 1).astype(float)
+            return i, o, np.full(len(i), 1.0 / len(i))
+        iv, ip = self._marginal(self.input, "input_len")
+        ov, op = self._marginal(self.output, "output_len")
+        return (np.repeat(iv, len(ov)), np.tile(ov, len(iv)), np.outer(ip, op).ravel())
+
+    def _marginal(self, spec, column: str) -> tuple[np.ndarray, np.ndarray]:
+        if spec is None:
+            values = np.maximum(getattr(self._trace(), column), 1).astype(float)
+        elif isinstance(spec, FromTrace):
+            values = spec._values(column)
+        else:
+            return spec.support()
+        return values, np.full(len(values), 1.0 / len(values))
+
+    def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``n`` requests: (arrival times s, input tokens, output tokens), reproducible by seed."""
+        rng = np.random.default_rng(seed)
+        t = self._trace()
+        if t is not None and self.input is None and self.output is None:
+            replay = self.arrival.process == "trace"   # replay rows in order, with their timestamps
+            idx = np.arange(n) % len(t.input_len) if replay else rng.integers(0, len(t.input_len), n)
+            inp, out = np.maximum(t.input_len[idx], 1), np.maximum(t.output_len[idx], 1)
+        else:
+            inp, out = self._sample_one(self.input, "input_len", n, rng), self._sample_one(self.output, "output_len",
+                                                                                         n, rng)
+        return self._arrivals(n, rng), inp.astype(np.int64), out.astype(np.int64)
+
+    def _sample_one(self, spec, column, n, rng):
+        if spec is None or isinstance(spec, FromTrace):
+            values = getattr(self._trace() if spec is None else load_trace(spec.trace), column)
+            return np.maximum(values[rng.integers(0, len(values), n)], 1)
+        return spec.sample(n, rng)
+
+    def _arrivals(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        rate = self.request_rate
+        if self.arrival.process == "trace":
+            t = self._trace()
+            reps = int(np.ceil(n / len(t.arrival_s)))
+            span = t.duration_s + 1.0 / t.mean_rate
+            stamps = np.concatenate([t.arrival_s + k * span for k in range(reps)])[:n]
+            return stamps * (t.mean_rate / rate)
+        if self.arrival.process == "gamma":
+            shape = 1.0 / self.arrival.cv**2
+            gaps = rng.gamma(shape, 1.0 / (shape * rate), n)
+        else:
+            gaps = rng.exponential(1.0 / rate, n)
+        return np.cumsum(gaps)
+
+
+class LengthStats(_Spec):
+    """Moments of the request mix the analytic model needs (prefill tokens net of prefix hits)."""
+
+    mean_input: float
+    mean_prefill: float
+    second_prefill: float       # E[prefill tokens^2]
+    mean_output: float
+    mean_decode_ctx: float      # context of a decoding sequence, length-biased by output length
+    prefill_quantiles: tuple[float, float, float]   # P50, P90, P99 of prefill tokens
+    output_quantiles: tuple[float, float, float]
+    mean_prompt_len: float      # prompt length a prefill token belongs to (token-weighted)
+    mean_inv_decode: float      # E[1 / (O - 1)] over requests with O > 1 (TPOT averages over O - 1 gaps)
+
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q) -> np.ndarray:
+    order = np.argsort(values)
+    cdf = np.cumsum(weights[order])
+    cdf /= cdf[-1]
+    return values[order][np.minimum(np.searchsorted(cdf, q), len(values) - 1)]
+
+
+def length_stats(w: Workload) -> LengthStats:
+    i, o, p = w.joint_support()
+    pre = np.maximum(np.round(i * (1 - w.prefix_hit)), 1)
+    ctx = i + (o - 1) / 2
+    return LengthStats(
+        mean_input=float(p @ i), mean_prefill=float(p @ pre), second_prefill=float(p @ pre**2),
+        mean_output=float(p @ o), mean_decode_ctx=float((p * o) @ ctx / (p @ o)),
+        prefill_quantiles=tuple(float(x) for x in weighted_quantile(pre, p, QUANTILES)),
+        output_quantiles=tuple(float(x) for x in weighted_quantile(o, p, QUANTILES)),
+        mean_prompt_len=float((p * pre) @ i / (p @ pre)),
+        mean_inv_decode=float((p * (o > 1)) @ (1 / np.maximum(o - 1, 1)) / max(p @ (o > 1), 1e-12)),
+    )
