@@ -7,6 +7,7 @@ Public API (re-exports only; modules load on first use so ``import planner`` sta
     planner.list_models(), planner.model(name), planner.model_from_hf_config(path)
     planner.kv_cache_bytes_per_token(model, kv_dtype="bf16")
     planner.estimate(model, hardware, *, tp, pp, ep, batch, input_len, output_len, ...)
+    planner.throughput(model, hardware, *, tp, pp, ep, input_len, output_len, concurrency=None, ...)
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _EXPORTS = {
     "ModelSpec": "planner.catalog.model",
     "DType": "planner.catalog.dtypes",
     "estimate": "planner.perf.estimate",
+    "throughput": "planner.serving.closed_loop",
+    "ServingEstimate": "planner.serving.closed_loop",
     "Estimate": "planner.perf.estimate",
     "InputError": "planner.errors",
     "InfeasibleError": "planner.errors",

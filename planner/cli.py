@@ -192,6 +192,33 @@ def whatif(
         raise typer.Exit(1)
 
 
+@app.command()
+@_guard
+def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
+         json_out: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Plan a scenario: the cheapest deployment meeting its SLOs (and the simulator's check)."""
+    from planner.report import print_json
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    result = run_scenario(load_scenario(scenario))
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+    else:
+        from planner.plan_report import print_plan
+
+        print_plan(result)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the scenario format."""
+    from planner.report import print_json
+    from planner.scenario import scenario_schema
+
+    print_json(scenario_schema())
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

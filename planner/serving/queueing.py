@@ -30,8 +30,13 @@ from scipy.special import ndtr, ndtri
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.memory import MEMORY_UTILIZATION, PREFILL_CHUNK_TOKENS, kv_bytes_per_token_device, \
-    state_bytes_per_sequence_device, weight_bytes_device
+from planner.perf.memory import (
+    MEMORY_UTILIZATION,
+    PREFILL_CHUNK_TOKENS,
+    kv_bytes_per_token_device,
+    state_bytes_per_sequence_device,
+    weight_bytes_device,
+)
 from planner.perf.ops import DTypes, Step, layer_ops
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
@@ -56,7 +61,10 @@ class Curve:
     ttft: dict[str, np.ndarray]
     e2e: dict[str, np.ndarray]
     rho: np.ndarray             # prefill server utilisation
-    power_w: np.ndarray         # per device
+    wait: np.ndarray            # mean wait for the prefill server (s)
+    power_w: np.ndarray         # per device, time-averaged
+    peak_power_w: np.ndarray    # per device, during iterations carrying a prompt chunk
+    mu: np.ndarray              # prompt tokens/s the prefill server processes when busy
     n_max: np.ndarray           # (candidates,) largest decode batch memory/budget/engine allow
     limit: np.ndarray           # (candidates,) what bounds n_max
     devices: np.ndarray         # (candidates,)
@@ -78,8 +86,9 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv) * stats.mean_decode_ctx
                + state_bytes_per_sequence_device(model, lay, dtypes.kv)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
-    n_budget = np.full(np.shape(n_kv), engine.max_batched_tokens - 1.0)   # decodes must fit the token budget
-    limits = np.stack(np.broadcast_arrays(n_kv, n_budget, np.full(np.shape(n_kv), float(engine.max_num_seqs))))
+    dp = lay.attention_dp                       # engine limits apply per attention replica
+    n_budget = (engine.max_batched_tokens - 1.0) * dp + 0 * n_kv   # decodes must fit the token budget
+    limits = np.stack(np.broadcast_arrays(n_kv, n_budget, engine.max_num_seqs * dp + 0 * n_kv))
     names = np.array([KV, BUDGET, SEQS], dtype=object)
     return limits.min(axis=0), names[limits.argmin(axis=0)]
 
@@ -92,9 +101,9 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     frac = np.linspace(0.0, 1.0, grid)[None, :]
     n = np.where(n_max[:, None] >= 1, np.maximum(n_max[:, None], 1.0) ** frac, np.nan)   # 1 .. n_max
     L = Layout.of(*(np.atleast_1d(x)[:, None] for x in (lay.tp, lay.ep, lay.pp)))
-    I, O, Lp, ctx = stats.mean_prefill, stats.mean_output, stats.mean_prompt_len, stats.mean_decode_ctx
+    I, O, Lp, ctx = stats.mean_prefill, stats.mean_output, stats.mean_prompt_len, stats.mean_decode_ctx  # noqa: E741
     p = n * I / O                              # prompt tokens per iteration, on average
-    C = engine.max_batched_tokens
+    C = engine.max_batched_tokens * np.atleast_1d(lay.attention_dp)[:, None]   # budget of the whole instance
     # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
@@ -123,7 +132,7 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     ttft = {"mean": wait + s_mean + tpot}
     tpot_q = {"mean": tpot}
     e2e = {}
-    for k, (pq, oq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles)):
+    for k, (pq, oq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles, strict=True), strict=True):
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
@@ -132,7 +141,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         e2e[k] = ttft["mean"] + (oq - 1) * tpot_q[k]
     e2e["mean"] = ttft["mean"] + (O - 1) * tpot
     devices = np.atleast_1d(lay.devices)
-    return Curve(n, rate, tpot_q, ttft, e2e, rho, power, n_max, np.atleast_1d(limit), devices, O)
+    return Curve(n, rate, tpot_q, ttft, e2e, rho, wait, power, np.maximum(p_chunk, p_dec), mu, n_max,
+                 np.atleast_1d(limit), devices, O)
 
 
 def slo_ok(curve: Curve, slo: SLO, stats_support: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
@@ -148,15 +158,18 @@ def slo_ok(curve: Curve, slo: SLO, stats_support: tuple[np.ndarray, np.ndarray] 
 
 def attainment(curve: Curve, slo: SLO) -> np.ndarray:
     """Analytic fraction of requests meeting the per-request thresholds (independence assumed)."""
+    with np.errstate(all="ignore"):       # inf/NaN mark unstable points; they stay out of range
+        return _attainment(curve, slo)
+
+
+def _attainment(curve: Curve, slo: SLO) -> np.ndarray:
     th = slo.thresholds()
     frac = np.ones_like(curve.rate)
     if "ttft_s" in th:
-        # TTFT ~ mean service + wait; P(wait <= x) = 1 - rho exp(-x rho / E[W])
-        base = curve.ttft["p50"] - np.where(curve.rho > 0.5, 0, 0)  # median service + one iteration
-        wait_mean = np.maximum(curve.ttft["mean"] - base, 1e-12)
-        x = th["ttft_s"] - base
+        # TTFT = service + wait, service at its mean; P(wait <= x) = 1 - rho exp(-x rho / E[W])
+        x = th["ttft_s"] - (curve.ttft["mean"] - curve.wait)
         rho = np.clip(curve.rho, 1e-12, 1 - 1e-12)
-        frac *= np.where(x < 0, 0.0, 1 - rho * np.exp(-x * rho / wait_mean))
+        frac *= np.where(x < 0, 0.0, 1 - rho * np.exp(-x * rho / np.maximum(curve.wait, 1e-12)))
     if "tpot_s" in th:
         spread = np.maximum(curve.tpot["p90"] - curve.tpot["mean"], 1e-12) / _Z["p90"]
         frac *= ndtr((th["tpot_s"] - curve.tpot["mean"]) / spread)

@@ -24,8 +24,13 @@ import numpy as np
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.memory import MEMORY_UTILIZATION, PREFILL_CHUNK_TOKENS, kv_bytes_per_token_device, \
-    state_bytes_per_sequence_device, weight_bytes_device
+from planner.perf.memory import (
+    MEMORY_UTILIZATION,
+    PREFILL_CHUNK_TOKENS,
+    kv_bytes_per_token_device,
+    state_bytes_per_sequence_device,
+    weight_bytes_device,
+)
 from planner.perf.ops import DTypes, Step, layer_ops
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
@@ -39,9 +44,9 @@ class IterationTable:
     POINTS = 20
 
     def __init__(self, model, hw, lay: Layout, dtypes, engine: Engine, max_ctx: float, prompt_len: float,
-                 max_decode: int):
+                 max_decode: int, max_tokens: int):
         self.axes = [self._axis(1.0, max(max_decode, 2)), self._axis(16.0, max(max_ctx, 32)),
-                     self._axis(16.0, engine.max_batched_tokens)]
+                     self._axis(16.0, max_tokens)]
         N, Cx, P = np.meshgrid(*self.axes, indexing="ij")
         it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len)
         self._t = it.time_s.reshape(N.shape).tolist()      # plain floats: fast scalar lookups
@@ -117,8 +122,9 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes)
+    dp = int(np.ravel(lay.attention_dp)[0])
     table = IterationTable(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)),
-                           float(np.mean(input_len)), engine.max_num_seqs)
+                           float(np.mean(input_len)), engine.max_num_seqs * dp, engine.max_batched_tokens * dp)
     devices = int(np.ravel(lay.devices)[0])
     ttft = np.full(len(arrival_s), np.nan)
     done = np.full(len(arrival_s), np.nan)
@@ -126,7 +132,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     for k in range(instances):
         ids = np.flatnonzero(route == k)
         e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
-                                         free, per_tok, state, ttft, done)
+                                         free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]))
         energy += e * devices
         preempt += pr
         iters += it
@@ -140,9 +146,10 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
 
 
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
-                  kv_free, per_tok, state, ttft, done):
-    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids``."""
-    budget_total, max_seqs, chunked = engine.max_batched_tokens, engine.max_num_seqs, engine.chunked_prefill
+                  kv_free, per_tok, state, ttft, done, dp: int = 1):
+    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids``. With ``dp``
+    attention replicas the engine limits scale by ``dp`` (replicas are pooled, balanced)."""
+    budget_total, max_seqs, chunked = engine.max_batched_tokens * dp, engine.max_num_seqs * dp, engine.chunked_prefill
     arr = arrival_s[ids]
     need_prefill = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
     full_in = input_len[ids].astype(np.int64)

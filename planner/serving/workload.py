@@ -8,7 +8,7 @@ evaluators see the same distribution.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -84,7 +84,7 @@ class FromTrace(_Spec):
         return np.maximum(getattr(t, column), 1).astype(float)
 
 
-Length = Annotated[Union[Fixed, LogNormal, FromTrace], Field(discriminator="dist")]
+Length = Annotated[Fixed | LogNormal | FromTrace, Field(discriminator="dist")]
 
 
 class Arrival(_Spec):

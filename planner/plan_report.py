@@ -1,0 +1,54 @@
+"""Rich rendering of a ``PlanResult`` (``planner plan``)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from planner.report import key_value_table, out, si
+from planner.run import PlanResult
+
+
+def _lat(d: dict[str, float]) -> str:
+    return " / ".join(si(d[p], "s") for p in ("p50", "p90", "p99"))
+
+
+def print_plan(r: PlanResult) -> None:
+    b = r.best
+    rows = [
+        ("workload", f"{r.rate:g} req/s, mean {r.mean_input_tokens:,.0f} in / {r.mean_output_tokens:,.0f} out tokens"),
+        ("deployment", f"{b.instances} x ({b.hardware} tp={b.tp} ep={b.ep} pp={b.pp}, {b.weight_dtype} weights, "
+                       f"{b.kv_dtype} KV) = {b.accelerators} accelerators"),
+        ("load per instance", f"{b.rate_per_instance:.3g} req/s of {b.max_rate_per_instance:.3g} max under the SLOs; "
+                              f"mean decode batch {b.decode_batch:.0f} (set max_num_seqs >= {b.max_num_seqs})"),
+        ("TTFT p50/p90/p99", _lat(b.ttft_s)),
+        ("TPOT p50/p90/p99", _lat(b.tpot_s)),
+        ("E2E p50/p90/p99", _lat(b.e2e_s)),
+        ("SLO attainment", f"{100 * b.slo_attainment:.1f}% (analytic)"),
+        ("binding constraint", b.binding),
+        ("cost", f"${b.usd_per_h:,.2f}/h; ${b.usd_per_million_output_tokens:,.3f} per M output tokens, "
+                 f"${b.usd_per_million_tokens:,.3f} per M tokens"),
+        ("power", f"avg {si(b.avg_power_w, 'W')}, peak {si(b.peak_power_w, 'W')}, provisioned "
+                  f"{si(b.provisioned_power_w, 'W')}; {b.output_tokens_per_joule:.2f} output tokens/J"),
+    ]
+    out.print(key_value_table(f"{r.scenario}: cheapest {r.design} deployment of {r.model}", rows))
+    if r.simulation is not None:
+        s = r.simulation
+        t = key_value_table(f"simulator check ({s.requests:,} requests, seed {s.seed}, {s.instances} instances)", [
+            ("TTFT p50/p90/p99", _lat(s.ttft_s)), ("TPOT p50/p90/p99", _lat(s.tpot_s)),
+            ("E2E p50/p90/p99", _lat(s.e2e_s)), ("SLO attainment", f"{100 * s.slo_attainment:.1f}%"),
+            ("throughput", f"{s.requests_per_s:.3g} req/s"), ("preemptions", str(s.preemptions)),
+            ("meets SLOs", "yes" if s.meets_slo else "[bold red]no[/]: " + "; ".join(s.violations)),
+        ])
+        out.print(t)
+    if r.alternatives:
+        t = Table(title="Next-cheapest alternatives")
+        for col in ("hardware", "tp", "ep", "pp", "dtype", "instances", "accel.", "$/h", "$/M out tok",
+                    "TTFT p90", "TPOT p90", "binding"):
+            t.add_column(col)
+        for a in r.alternatives:
+            t.add_row(a.hardware, str(a.tp), str(a.ep), str(a.pp), a.weight_dtype, str(a.instances),
+                      str(a.accelerators), f"{a.usd_per_h:,.1f}", f"{a.usd_per_million_output_tokens:.3f}",
+                      si(a.ttft_s["p90"], "s"), si(a.tpot_s["p90"], "s"), a.binding)
+        out.print(t)
+    for n in r.notes:
+        out.print(f"[yellow]note:[/] {n}")

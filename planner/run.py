@@ -1,0 +1,70 @@
+"""Run a scenario's design and collect a JSON-serializable result."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from planner.catalog.model_catalog import model as get_model
+from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
+from planner.scenario import Scenario
+from planner.serving.workload import length_stats
+
+
+class PlanResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    scenario: str
+    design: str
+    model: str
+    rate: float
+    mean_input_tokens: float
+    mean_output_tokens: float
+    best: Deployment
+    alternatives: list[Deployment]
+    analytic_instances: int
+    simulation: SimCheck | None = None
+    notes: list[str] = []
+
+
+def run_scenario(scn: Scenario) -> PlanResult:
+    """Plan the scenario; with ``simulate:``, verify the pick in the simulator and add instances
+    (up to ``max_extra_instances``) until the simulated requests meet the SLOs."""
+    m = get_model(scn.model)
+    s = scn.search
+    deployments = plan_colocated(m, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
+                                 s.weight_dtype, s.kv_dtype, s.max_instances)
+    best = deployments[0]
+    seen, alternatives = set(), []
+    for d in deployments[1:]:
+        key = (d.hardware, d.tp, d.ep, d.pp, d.weight_dtype)
+        if key not in seen and len(alternatives) < 8:
+            seen.add(key)
+            alternatives.append(d)
+    stats = length_stats(scn.workload)
+    notes, sim = [], None
+    analytic_k = best.instances
+    if scn.simulate is not None:
+        spec = scn.simulate
+        for extra in range(spec.max_extra_instances + 1):
+            sim = verify_by_simulation(m, best, scn.workload, scn.slo, scn.engine, spec.requests, spec.seed,
+                                       instances=analytic_k + extra)
+            if sim.meets_slo:
+                break
+        if sim.instances != analytic_k:
+            notes.append(f"the simulator needed {sim.instances} instances where the analytic model chose "
+                         f"{analytic_k}; the deployment below is scaled to {sim.instances}")
+            best = _rescaled(best, sim.instances)
+        if not sim.meets_slo:
+            notes.append("the simulator still sees SLO violations: " + "; ".join(sim.violations))
+    return PlanResult(scenario=scn.name, design=scn.design.type, model=m.name, rate=scn.workload.request_rate,
+                      mean_input_tokens=stats.mean_input, mean_output_tokens=stats.mean_output, best=best,
+                      alternatives=alternatives, analytic_instances=analytic_k, simulation=sim, notes=notes)
+
+
+def _rescaled(d: Deployment, k: int) -> Deployment:
+    f = k / d.instances
+    return d.model_copy(update=dict(
+        instances=k, accelerators=d.accelerators * k // d.instances, rate_per_instance=d.rate_per_instance / f,
+        usd_per_h=d.usd_per_h * f, usd_per_million_output_tokens=d.usd_per_million_output_tokens * f,
+        usd_per_million_tokens=d.usd_per_million_tokens * f, avg_power_w=d.avg_power_w * f,
+        peak_power_w=d.peak_power_w * f, provisioned_power_w=d.provisioned_power_w * f,
+        output_tokens_per_joule=d.output_tokens_per_joule / f))

@@ -1,0 +1,141 @@
+"""Scenario files: YAML validated by pydantic, the same objects the CLI and Python API build.
+
+A scenario names the model, the workload, the SLOs, the serving engine, the search space, the
+cost model and the design. Errors name the file, line and field. Relative paths (model
+``config.json``, hardware profiles, traces) are resolved against the scenario's folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+from planner.catalog.dtypes import DType
+from planner.designs.colocated import ColocatedSpec
+from planner.errors import InputError, PlannerError
+from planner.perf.cost import CostModel
+from planner.serving.batching import Engine
+from planner.serving.slo import SLO
+from planner.serving.workload import Workload
+from planner.yamlio import load_yaml, validation_error
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _resolve(value: str, info: ValidationInfo) -> str:
+    base = (info.context or {}).get("base")
+    if base and Path(value).suffix and not Path(value).is_absolute() and (Path(base) / value).exists():
+        return str(Path(base) / value)
+    return value
+
+
+def _positive_list(v: list[int]) -> list[int]:
+    if not v or any(x < 1 for x in v):
+        raise ValueError(f"must be a non-empty list of positive integers, got {v}")
+    return v
+
+
+class SearchSpace(_Frozen):
+    """Candidates to evaluate: every hardware x layout x weight dtype."""
+
+    hardware: list[str] = Field(min_length=1, description="profile names or YAML paths")
+    tp: list[int] = [1, 2, 4, 8]
+    ep: list[int] = [1]
+    pp: list[int] = [1]
+    weight_dtype: list[DType] = [DType.bf16]
+    kv_dtype: DType | None = None
+    max_instances: int = Field(100_000, ge=1)
+
+    _check_lists = field_validator("tp", "ep", "pp")(_positive_list)
+
+    @field_validator("hardware")
+    @classmethod
+    def _known_hardware(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        from planner.catalog.hardware import hardware
+
+        out = []
+        for name in v:
+            name = _resolve(name, info)
+            try:
+                hardware(name)
+            except PlannerError as e:
+                raise ValueError(str(e)) from None
+            out.append(name)
+        return out
+
+
+class SimulateSpec(_Frozen):
+    """Check the chosen deployment with the discrete-event simulator."""
+
+    requests: int = Field(20_000, ge=100, le=2_000_000)
+    seed: int = 0
+    max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
+
+
+Design = Annotated[ColocatedSpec, Field(discriminator="type")]
+
+
+class Scenario(_Frozen):
+    name: str
+    description: str = ""
+    model: str = Field(description="catalog name or a local HuggingFace config.json")
+    workload: Workload
+    slo: SLO
+    engine: Engine = Engine()
+    search: SearchSpace
+    cost: CostModel = CostModel()
+    design: Design = ColocatedSpec()
+    simulate: SimulateSpec | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str, info: ValidationInfo) -> str:
+        from planner.catalog.model_catalog import model
+
+        v = _resolve(v, info)
+        try:
+            model(v)
+        except PlannerError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _trace_paths(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, dict):
+            v = dict(v)
+            if isinstance(v.get("trace"), str):
+                v["trace"] = _resolve(v["trace"], info)
+            for key in ("input", "output"):
+                if isinstance(v.get(key), dict) and isinstance(v[key].get("trace"), str):
+                    v[key] = {**v[key], "trace": _resolve(v[key]["trace"], info)}
+        return v
+
+    @field_validator("workload")
+    @classmethod
+    def _traces_load(cls, v: Workload) -> Workload:
+        try:
+            v.joint_support()
+        except PlannerError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; errors say ``file:line field: problem``."""
+    path = Path(path)
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}:1: a scenario is a YAML mapping")
+    try:
+        return Scenario.model_validate(data, context={"base": str(path.parent)})
+    except ValidationError as e:
+        raise validation_error(path, e, lines, Scenario) from None
+
+
+def scenario_schema() -> dict:
+    return Scenario.model_json_schema()

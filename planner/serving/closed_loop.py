@@ -1,0 +1,97 @@
+"""``throughput``: steady state of ONE instance serving a closed loop of requests of fixed
+lengths, as offline benchmarks (MLPerf Offline, vendors' max-throughput tables; ``concurrency``
+None) or closed-loop load generators at a given concurrency measure it."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from planner.catalog.dtypes import DType
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import hardware as get_hardware
+from planner.catalog.model import ModelSpec
+from planner.catalog.model_catalog import model as get_model
+from planner.errors import InfeasibleError, InputError
+from planner.perf.estimate import resolve_dtypes
+from planner.perf.parallel import Layout, check_layout
+from planner.serving.batching import Engine
+from planner.serving.queueing import serving_curve
+from planner.serving.workload import Fixed, Workload, length_stats
+
+
+class ServingEstimate(BaseModel):
+    """One instance in steady state (``planner.throughput``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: str
+    hardware: str
+    tp: int
+    pp: int
+    ep: int
+    input_len: int
+    output_len: int
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    requests_per_s: float
+    ttft_s: float
+    tpot_s: float
+    concurrency: float          # requests in the system (decoding + waiting for/in prefill)
+    decode_batch: float         # sequences decoding per iteration
+    accelerators: int
+    power_w: float              # all accelerators of the instance
+    usd_per_h: float | None
+    limit: str                  # what caps throughput at this concurrency
+
+
+def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
+               input_len: int, output_len: int, weight_dtype: str | DType = "bf16",
+               kv_dtype: str | DType | None = None, concurrency: int | None = None,
+               engine: Engine | None = None) -> ServingEstimate:
+    """Continuous-batching steady state of one instance (see module docstring)."""
+    m, hw = get_model(model), get_hardware(hardware)
+    for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    if concurrency is not None and (not isinstance(concurrency, (int, np.integer)) or concurrency < 1):
+        raise InputError(f"concurrency must be a positive integer or None, got {concurrency!r}")
+    dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
+    lay = Layout.of(tp, ep, pp)
+    check_layout(m, lay)
+    engine = engine or Engine()
+    w = Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
+    stats = length_stats(w)
+    c = serving_curve(m, hw, lay, dtypes, engine, stats)
+    if not np.isfinite(c.n[0, 0]):
+        raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} has no memory left for the KV "
+                              f"cache of one {input_len + output_len}-token sequence; try more devices or fp8 weights")
+    stable = c.rho[0] < 1
+    if not stable.any():
+        raise InfeasibleError("prefill cannot keep up even with one sequence decoding")
+    last = int(np.flatnonzero(stable)[-1])
+    n, rate, tpot = c.n[0, :last + 1], c.rate[0, :last + 1], c.tpot["mean"][0, :last + 1]
+    ttft_service = input_len / c.mu[0, :last + 1] + tpot
+    population = rate * (ttft_service + (output_len - 1) * tpot)     # Little's law, no queue
+    limit = str(c.limit[0]) if last == c.n.shape[1] - 1 else "prefill_capacity"
+    if concurrency is None or concurrency >= population[-1]:
+        i = last
+        x, t, ttft = rate[i], tpot[i], ttft_service[i]
+        pop = population[i] if concurrency is None else float(concurrency)
+        if concurrency is not None:            # excess requests queue for prefill
+            ttft = concurrency / x - (output_len - 1) * t
+        nb, power = n[i], c.power_w[0, i]
+    else:
+        limit = "concurrency"
+        pop = float(concurrency)
+        x = float(np.interp(pop, population, rate))
+        t = float(np.interp(pop, population, tpot))
+        ttft = float(np.interp(pop, population, ttft_service))
+        nb = float(np.interp(pop, population, n))
+        power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
+    devices = int(np.ravel(lay.devices)[0])
+    return ServingEstimate(
+        model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+        output_tokens_per_s=float(x * output_len), total_tokens_per_s=float(x * (input_len + output_len)),
+        requests_per_s=float(x), ttft_s=float(ttft), tpot_s=float(t), concurrency=float(pop),
+        decode_batch=float(nb), accelerators=devices, power_w=float(power * devices),
+        usd_per_h=devices * hw.price.rent.value if hw.price.rent else None, limit=limit)
