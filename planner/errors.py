@@ -25,6 +25,8 @@ class InfeasibleError(PlannerError):
 
 def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
     """An `InputError` for an unknown catalog name, with a did-you-mean when one is close."""
-    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+    key = name.lower()
+    prefixed = [k for k in known if k.startswith(key) or key.startswith(k)]
+    close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, known, n=3, cutoff=0.5)))[:3]
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return InputError(f"unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})")

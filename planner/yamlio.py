@@ -57,7 +57,7 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     loc = tuple(str(p) for p in e["loc"])
     line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
     field = ".".join(loc) or "(top level)"
-    msg = e["msg"]
+    msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
         close = difflib.get_close_matches(loc[-1], sorted(_field_names(model)), n=1, cutoff=0.6)
         msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")

@@ -230,19 +230,21 @@ def _shared_sources(directory: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in (data or {}).items()}
 
 
-def _build(name: str, raw: dict[str, tuple[Path, dict, Lines]], shared: dict[str, str]) -> HardwareProfile:
+def _build(name: str, raw: dict[str, tuple[Path, dict, Lines]], shared: dict[str, str],
+           cache: dict[str, HardwareProfile]) -> HardwareProfile:
+    """Validate profile ``name`` of ``raw`` (resolving its ``base``) and store it in ``cache``."""
     path, data, lines = raw[name]
     if data.get("base"):
         if data["base"] not in raw and data["base"] not in _CACHE:
-            raise unknown_name("base hardware", data["base"], sorted(raw))
-        base = _CACHE.get(data["base"]) or _build(data["base"], raw, shared)
+            raise unknown_name("base hardware", data["base"], sorted({*raw, *_CACHE}))
+        base = _CACHE.get(data["base"]) or _build(data["base"], raw, shared, cache)
         data = _merge(base.model_dump(mode="json", exclude={"name", "description", "base"}), data)
     data = {**data, "sources": {**shared, **data.get("sources", {})}}
     try:
         profile = HardwareProfile.model_validate(data)
     except ValidationError as e:
         raise validation_error(path, e, lines, HardwareProfile) from None
-    _CACHE[name] = profile
+    cache[name] = profile
     return profile
 
 
@@ -254,7 +256,7 @@ def _load_bundled() -> None:
     shared = _shared_sources(directory)
     for name in raw:
         if name not in _CACHE:
-            _build(name, raw, shared)
+            _build(name, raw, shared, _CACHE)
 
 
 def list_hardware() -> list[str]:
@@ -272,8 +274,7 @@ def load_hardware_file(path: str | Path) -> HardwareProfile:
         raise InputError(f"{path}:1: a hardware profile is a mapping with a 'name'")
     raw = {str(data["name"]): (path, data, lines)}
     shared = _shared_sources(bundled_profiles_dir())
-    profile = _build(str(data["name"]), raw, shared)
-    return profile
+    return _build(str(data["name"]), raw, shared, {})   # user files never enter the bundled catalog
 
 
 def hardware(name: str | HardwareProfile) -> HardwareProfile:

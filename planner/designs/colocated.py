@@ -134,10 +134,7 @@ def plan_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Engin
 def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: CostModel, stats: LengthStats,
                 model: ModelSpec) -> Deployment:
     c, hw = ev.curve, ev.hw
-    sl = slice(i, i + 1)
-    sub = Curve(c.n[sl], c.rate[sl], {q: v[sl] for q, v in c.tpot.items()}, {q: v[sl] for q, v in c.ttft.items()},
-                {q: v[sl] for q, v in c.e2e.items()}, c.rho[sl], c.wait[sl], c.power_w[sl], c.peak_power_w[sl], c.mu[sl],
-                c.n_max[sl], c.limit[sl], c.devices[sl], c.mean_output)
+    sub = c.row(i)
     r = rate / k
 
     def at(values) -> float:

@@ -23,7 +23,7 @@ Less accurate than the simulator near saturation (rho > ~0.85), for heavy-tailed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -73,6 +73,17 @@ class Curve:
     @property
     def output_tokens_per_s(self) -> np.ndarray:
         return self.rate * self.mean_output
+
+    def row(self, i: int) -> Curve:
+        """The curve of candidate ``i`` alone (arrays keep their leading axis, of length 1)."""
+        sl = slice(i, i + 1)
+
+        def cut(v):
+            if isinstance(v, dict):
+                return {k: x[sl] for k, x in v.items()}
+            return v[sl] if isinstance(v, np.ndarray) else v
+
+        return Curve(**{f.name: cut(getattr(self, f.name)) for f in fields(self)})
 
 
 def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,

@@ -24,6 +24,7 @@ import numpy as np
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
+from planner.errors import InfeasibleError
 from planner.perf.memory import (
     MEMORY_UTILIZATION,
     PREFILL_CHUNK_TOKENS,
@@ -122,6 +123,12 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes)
+    longest = int(np.max(input_len + output_len))
+    if longest * per_tok + state > free:
+        raise InfeasibleError(
+            f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV cache but the "
+            f"instance has {max(free, 0) / 1e9:.2f} GB free after weights; use more devices per instance, fp8 "
+            f"weights or KV, or cap the request length")
     dp = int(np.ravel(lay.attention_dp)[0])
     table = IterationTable(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)),
                            float(np.mean(input_len)), engine.max_num_seqs * dp, engine.max_batched_tokens * dp)

@@ -25,6 +25,13 @@ class Target(BaseModel):
     def items(self) -> list[tuple[str, float]]:
         return [(p, getattr(self, p)) for p in PERCENTILES if getattr(self, p) is not None]
 
+    @model_validator(mode="after")
+    def _ordered(self) -> Target:
+        bounds = [v for _, v in self.items()]
+        if bounds != sorted(bounds):
+            raise ValueError(f"percentile bounds must not decrease from p50 to p99, got {bounds}")
+        return self
+
 
 class SLO(BaseModel):
     """Latency targets. ``attainment``: the fraction of requests that must meet the per-request
@@ -35,14 +42,6 @@ class SLO(BaseModel):
     tpot_s: Target = Target()
     e2e_s: Target = Target()
     attainment: float | None = Field(None, gt=0, le=1)
-
-    @model_validator(mode="after")
-    def _check(self) -> SLO:
-        for metric in ("ttft_s", "tpot_s", "e2e_s"):
-            bounds = [v for _, v in getattr(self, metric).items()]
-            if bounds != sorted(bounds):
-                raise ValueError(f"{metric}: percentile bounds must not decrease from p50 to p99, got {bounds}")
-        return self
 
     def thresholds(self) -> dict[str, float]:
         """Per-request threshold per metric: its tightest bound."""
