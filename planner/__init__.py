@@ -8,6 +8,7 @@ Public API (re-exports only; modules load on first use so ``import planner`` sta
     planner.kv_cache_bytes_per_token(model, kv_dtype="bf16")
     planner.estimate(model, hardware, *, tp, pp, ep, batch, input_len, output_len, ...)
     planner.throughput(model, hardware, *, tp, pp, ep, input_len, output_len, concurrency=None, ...)
+    planner.load_scenario(path), planner.run_scenario(scenario)
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ _EXPORTS = {
     "throughput": "planner.serving.closed_loop",
     "ServingEstimate": "planner.serving.closed_loop",
     "Estimate": "planner.perf.estimate",
+    "load_scenario": "planner.scenario",
+    "Scenario": "planner.scenario",
+    "run_scenario": "planner.run",
+    "PlanResult": "planner.run",
     "InputError": "planner.errors",
     "InfeasibleError": "planner.errors",
     "PlannerError": "planner.errors",
