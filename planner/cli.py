@@ -219,6 +219,26 @@ def schema() -> None:
     print_json(scenario_schema())
 
 
+@app.command()
+@_guard
+def validate(json_out: bool = typer.Option(False, "--json", help="Print {points, summary} as JSON."),
+             file: str | None = typer.Option(None, "--file", help="Another measurements YAML."),
+             ) -> None:
+    """Predicted vs published measurements: per-point error and a summary per vendor and metric."""
+    from pathlib import Path
+
+    from planner.report import print_json
+    from planner.validate import validate as run
+
+    result = run(Path(file) if file else None)
+    if json_out:
+        print_json(result)
+        return
+    from planner.validate_report import print_validation
+
+    print_validation(result)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -70,12 +70,12 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         raise InfeasibleError("prefill cannot keep up even with one sequence decoding")
     last = int(np.flatnonzero(stable)[-1])
     n, rate, tpot = c.n[0, :last + 1], c.rate[0, :last + 1], c.tpot["mean"][0, :last + 1]
-    ttft_service = input_len / c.mu[0, :last + 1] + tpot
-    population = rate * (ttft_service + (output_len - 1) * tpot)     # Little's law, no queue
+    ttft_mean = c.ttft["mean"][0, :last + 1]           # prefill service + Kingman wait (many clients ~ Poisson)
+    population = rate * (ttft_mean + (output_len - 1) * tpot)        # Little's law
     limit = str(c.limit[0]) if last == c.n.shape[1] - 1 else "prefill_capacity"
     if concurrency is None or concurrency >= population[-1]:
         i = last
-        x, t, ttft = rate[i], tpot[i], ttft_service[i]
+        x, t, ttft = rate[i], tpot[i], ttft_mean[i]
         pop = population[i] if concurrency is None else float(concurrency)
         if concurrency is not None:            # excess requests queue for prefill
             ttft = concurrency / x - (output_len - 1) * t
@@ -85,7 +85,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         pop = float(concurrency)
         x = float(np.interp(pop, population, rate))
         t = float(np.interp(pop, population, tpot))
-        ttft = float(np.interp(pop, population, ttft_service))
+        ttft = float(np.interp(pop, population, ttft_mean))
         nb = float(np.interp(pop, population, n))
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])

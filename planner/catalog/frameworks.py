@@ -1,0 +1,62 @@
+"""Serving-framework entries (``catalog/frameworks.yaml``): a framework replaces the per-step
+overhead and scales the GEMM / memory efficiencies of a hardware profile, so old and new engines
+on the same chip can both be predicted without per-point factors."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from planner.catalog.hardware import Figure, Fraction, HardwareProfile, Seconds
+from planner.errors import unknown_name
+from planner.yamlio import load_yaml, validation_error
+
+FRAMEWORKS_FILE = Path(__file__).resolve().parent / "frameworks.yaml"
+
+
+class Framework(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    description: str
+    step_overhead: Seconds | None = None
+    gemm_scale: Figure | None = None
+    memory_scale: Figure | None = None
+    max_num_seqs: Figure | None = None
+
+    def engine(self):
+        from planner.serving.batching import Engine
+
+        return Engine(max_num_seqs=int(self.max_num_seqs.value)) if self.max_num_seqs else Engine()
+
+    def apply(self, hw: HardwareProfile) -> HardwareProfile:
+        eff = hw.efficiency
+        update = {}
+        if self.step_overhead is not None:
+            update["step_overhead"] = self.step_overhead
+        for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale)):
+            if scale is not None:
+                base = getattr(eff, field)
+                update[field] = Fraction(value=min(1.0, base.value * scale.value), source=base.source,
+                                         note=f"x {scale.value} ({scale.source})")
+        return hw.model_copy(update={"efficiency": eff.model_copy(update=update)}) if update else hw
+
+
+@lru_cache(maxsize=1)
+def _frameworks() -> dict[str, Framework]:
+    data, lines = load_yaml(FRAMEWORKS_FILE)
+    out = {}
+    for name, spec in data.items():
+        try:
+            out[name] = Framework.model_validate(spec)
+        except ValidationError as e:
+            raise validation_error(FRAMEWORKS_FILE, e, {k[1:]: v for k, v in lines.items() if k[:1] == (name,)},
+                                   Framework) from None
+    return out
+
+
+def framework(name: str) -> Framework:
+    fws = _frameworks()
+    if name not in fws:
+        raise unknown_name("framework", name, sorted(fws))
+    return fws[name]

@@ -1,0 +1,127 @@
+"""``planner validate``: predict every published measurement in ``validation/measurements.yaml``
+from the catalog's hardware profiles, models and framework entries only, and summarize the error
+per vendor and metric, calibration and held-out points apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.catalog.frameworks import framework
+from planner.catalog.hardware import hardware
+from planner.errors import PlannerError
+from planner.yamlio import load_yaml, validation_error
+
+Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_output_tokens_per_s",
+                 "prefill_tokens_per_s_per_device", "ttft_s", "tpot_s", "output_tokens_per_s"]
+LATENCY = {"prefill_s", "decode_step_s", "batch_latency_s", "ttft_s", "tpot_s"}
+
+
+class Point(BaseModel):
+    """One published measurement. No field can carry a correction factor: predictions use the
+    catalog only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    vendor: Literal["nvidia", "amd", "huawei"]
+    hardware: str
+    model: str
+    tp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    weight_dtype: str = "bf16"
+    kv_dtype: str | None = None
+    framework: str
+    input_len: int = Field(ge=1)
+    output_len: int = Field(ge=1)
+    batch: int | None = Field(None, ge=1)
+    concurrency: int | None = Field(None, ge=1)
+    metric: Metric
+    value: float = Field(gt=0)
+    source: str
+    role: Literal["calibration", "held_out"]
+    note: str | None = None
+
+
+class Dataset(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sources: dict[str, str]
+    points: list[Point]
+
+
+def default_path() -> Path:
+    here = Path(__file__).resolve().parent
+    for p in (here / "_data" / "validation" / "measurements.yaml", here.parent / "validation" / "measurements.yaml"):
+        if p.exists():
+            return p
+    raise PlannerError("validation/measurements.yaml not found")
+
+
+def load_points(path: Path | None = None) -> Dataset:
+    path = path or default_path()
+    data, lines = load_yaml(path)
+    try:
+        ds = Dataset.model_validate(data)
+    except ValidationError as e:
+        raise validation_error(path, e, lines, Dataset) from None
+    for p in ds.points:
+        if p.source not in ds.sources:
+            raise PlannerError(f"{path}: point {p.id} cites unknown source {p.source!r}")
+    return ds
+
+
+def predict(p: Point) -> float:
+    """The model's value for point ``p`` (SI units), from catalog data only."""
+    from planner.perf.estimate import estimate
+    from planner.serving.closed_loop import throughput
+
+    fw = framework(p.framework)
+    hw = fw.apply(hardware(p.hardware))
+    kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
+    if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
+        r = throughput(p.model, hw, input_len=p.input_len, output_len=p.output_len, concurrency=p.concurrency,
+                       engine=fw.engine(), **kw)
+        return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s)
+    out_len = 2 if p.metric == "decode_step_s" else p.output_len
+    e = estimate(p.model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len, **kw)
+    if p.metric == "prefill_s":
+        return e.ttft_s
+    if p.metric == "decode_step_s":
+        return e.tpot_s
+    if p.metric == "batch_latency_s":
+        return e.e2e_s
+    return (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators      # prefill tokens/s per device
+
+
+class Row(BaseModel):
+    id: str
+    vendor: str
+    metric: str
+    kind: str            # latency | throughput
+    role: str
+    measured: float
+    predicted: float
+    rel_error: float     # (predicted - measured) / measured
+
+
+def validate(path: Path | None = None) -> dict:
+    ds = load_points(path)
+    rows = []
+    for p in ds.points:
+        pred = predict(p)
+        rows.append(Row(id=p.id, vendor=p.vendor, metric=p.metric, kind="latency" if p.metric in LATENCY
+                        else "throughput", role=p.role, measured=p.value, predicted=pred,
+                        rel_error=(pred - p.value) / p.value))
+    summary: dict[str, dict] = {}
+    for role in ("held_out", "calibration"):
+        for vendor in sorted({r.vendor for r in rows}):
+            for kind in ("latency", "throughput"):
+                errs = np.abs([r.rel_error for r in rows if r.role == role and r.vendor == vendor and r.kind == kind])
+                if errs.size:
+                    summary.setdefault(role, {}).setdefault(vendor, {})[kind] = {
+                        "n": int(errs.size), "median_abs_rel_error": float(np.median(errs)),
+                        "p90_abs_rel_error": float(np.quantile(errs, 0.9))}
+    return {"points": [r.model_dump() for r in rows], "summary": summary}

@@ -1,0 +1,26 @@
+"""Rich rendering of ``planner validate``."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from planner.report import out
+
+
+def print_validation(result: dict) -> None:
+    t = Table(title="Predicted vs measured")
+    for col in ("point", "role", "metric", "measured", "predicted", "error"):
+        t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
+    for p in result["points"]:
+        t.add_row(p["id"], p["role"], p["metric"], f"{p['measured']:.4g}", f"{p['predicted']:.4g}",
+                  f"{100 * p['rel_error']:+.0f}%")
+    out.print(t)
+    s = Table(title="Summary: absolute relative error")
+    for col in ("points", "vendor", "metric", "n", "median", "P90"):
+        s.add_column(col)
+    for role, vendors in result["summary"].items():
+        for vendor, kinds in vendors.items():
+            for kind, v in kinds.items():
+                s.add_row(role, vendor, kind, str(v["n"]), f"{100 * v['median_abs_rel_error']:.1f}%",
+                          f"{100 * v['p90_abs_rel_error']:.1f}%")
+    out.print(s)
