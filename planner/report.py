@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import lru_cache
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
 
-# Wide enough for the per-operator tables when output is piped (rich defaults to 80 columns).
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 150)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 150)
+@lru_cache(maxsize=2)
+def _console(stderr: bool):
+    from rich.console import Console  # rich loads only when something is drawn (fast --json)
+
+    stream = sys.stderr if stderr else sys.stdout
+    # wide enough for the per-operator tables when piped (rich defaults to 80 columns)
+    return Console(stderr=stderr, highlight=False, width=None if stream.isatty() else 150)
+
+
+class _Lazy:
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+
+    def __getattr__(self, name: str):
+        return getattr(_console(self._stderr), name)
+
+
+out = _Lazy(False)
+err = _Lazy(True)
 
 
 def print_json(data: Any) -> None:
@@ -32,7 +47,9 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}"
 
 
-def key_value_table(title: str, rows: list[tuple[str, str]]) -> Table:
+def key_value_table(title: str, rows: list[tuple[str, str]]):
+    from rich.table import Table
+
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()

@@ -248,8 +248,11 @@ def _build(name: str, raw: dict[str, tuple[Path, dict, Lines]], shared: dict[str
     return profile
 
 
+_ALL_LOADED: list[bool] = []
+
+
 def _load_bundled() -> None:
-    if _CACHE:
+    if _ALL_LOADED:
         return
     directory = bundled_profiles_dir()
     raw = _raw_profiles(directory)
@@ -257,6 +260,7 @@ def _load_bundled() -> None:
     for name in raw:
         if name not in _CACHE:
             _build(name, raw, shared, _CACHE)
+    _ALL_LOADED.append(True)
 
 
 def list_hardware() -> list[str]:
@@ -283,8 +287,28 @@ def hardware(name: str | HardwareProfile) -> HardwareProfile:
         return name
     if str(name).endswith((".yaml", ".yml")):
         return load_hardware_file(name)
-    _load_bundled()
     key = str(name).lower()
     if key not in _CACHE:
+        _load_one(key)
+    if key not in _CACHE:
+        _load_bundled()
         raise unknown_name("hardware", str(name), sorted(_CACHE))
     return _CACHE[key]
+
+
+def _load_one(key: str) -> None:
+    """Load just ``<key>.yaml`` (and its base): keeps a single what-if from parsing every profile."""
+    directory = bundled_profiles_dir()
+    raw: dict[str, tuple[Path, dict, Lines]] = {}
+    name = key
+    while name and name not in _CACHE and name not in raw:
+        path = directory / f"{name}.yaml"
+        if not path.is_file():
+            return
+        data, lines = load_yaml(path)
+        if not isinstance(data, dict) or data.get("name") != name:
+            return                      # file name and profile name differ: the full scan handles it
+        raw[name] = (path, data, lines)
+        name = data.get("base")
+    if key in raw:
+        _build(key, raw, _shared_sources(directory), _CACHE)

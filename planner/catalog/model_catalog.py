@@ -15,15 +15,24 @@ MODELS_DIR = Path(__file__).resolve().parent / "models"
 _CACHE: dict[str, ModelSpec] = {}
 
 
+_ALL_LOADED = False
+
+
+def _load_file(path: Path) -> None:
+    data, _ = load_yaml(path)
+    if not isinstance(data, dict) or not {"name", "source", "config"} <= set(data):
+        raise InputError(f"{path}:1: a catalog entry needs 'name', 'source' and 'config'")
+    _CACHE[data["name"]] = spec_from_hf_dict(data["config"], name=data["name"], source=data["source"],
+                                             origin=str(path))
+
+
 def _load_bundled() -> None:
-    if _CACHE:
+    global _ALL_LOADED
+    if _ALL_LOADED:
         return
     for path in sorted(MODELS_DIR.glob("*.yaml")):
-        data, _ = load_yaml(path)
-        if not isinstance(data, dict) or not {"name", "source", "config"} <= set(data):
-            raise InputError(f"{path}:1: a catalog entry needs 'name', 'source' and 'config'")
-        _CACHE[data["name"]] = spec_from_hf_dict(data["config"], name=data["name"], source=data["source"],
-                                                 origin=str(path))
+        _load_file(path)
+    _ALL_LOADED = True
 
 
 def list_models() -> list[str]:
@@ -38,8 +47,11 @@ def model(name: str | ModelSpec) -> ModelSpec:
         return name
     if str(name).endswith(".json") or Path(str(name)).is_dir():
         return model_from_hf_config(name)
-    _load_bundled()
     key = str(name).lower()
+    if key not in _CACHE and (MODELS_DIR / f"{key}.yaml").is_file():
+        _load_file(MODELS_DIR / f"{key}.yaml")      # one file for one lookup (fast CLI start)
+    if key not in _CACHE:
+        _load_bundled()
     if key not in _CACHE:
         raise unknown_name("model", str(name), sorted(_CACHE))
     return _CACHE[key]
