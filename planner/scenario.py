@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
+from planner.designs.splitwise import SplitwiseSpec
 from planner.errors import InputError, PlannerError
 from planner.perf.cost import CostModel
 from planner.serving.batching import Engine
@@ -76,7 +77,7 @@ class SimulateSpec(_Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec, Field(discriminator="type")]
+Design = Annotated[ColocatedSpec | SplitwiseSpec, Field(discriminator="type")]
 
 
 class Scenario(_Frozen):
@@ -86,10 +87,16 @@ class Scenario(_Frozen):
     workload: Workload
     slo: SLO
     engine: Engine = Engine()
-    search: SearchSpace
+    search: SearchSpace | None = Field(None, description="candidates of the colocated design")
     cost: CostModel = CostModel()
     design: Design = ColocatedSpec()
     simulate: SimulateSpec | None = None
+
+    @model_validator(mode="after")
+    def _design_needs(self) -> Scenario:
+        if self.design.type == "colocated" and self.search is None:
+            raise ValueError("the colocated design needs a 'search' section (hardware and layouts to try)")
+        return self
 
     @field_validator("model")
     @classmethod

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.catalog.hardware import HardwareProfile
+from planner.errors import InputError
 from planner.perf.roofline import Bound, StepTime
 
 
@@ -25,3 +26,34 @@ def step_power_w(hw: HardwareProfile, st: StepTime) -> np.ndarray:
     activity = busy / st.total_s
     idle, tdp = hw.power.idle.value, hw.power.tdp.value
     return idle + (tdp - idle) * np.clip(activity, 0.0, 1.0)
+
+
+def capped_clock_fraction(hw: HardwareProfile, cap_w: float) -> float:
+    """Clock fraction a power cap allows while compute-bound.
+
+    Dynamic power scales ~ f V^2 and V ~ f in the DVFS range, so busy power above idle scales
+    ~ f^3: ``cap = idle + (TDP - idle) f^3``. Check: an H100 capped at 50% (350 W, idle 75 W) runs
+    compute-bound work at f = 0.76, i.e. 1.31x slower - SplitwiseSim's profiled capped H100 runs
+    prefill exactly 1.3x slower and decode unchanged (shared/reference/papers.md 1.10).
+    """
+    idle, tdp = hw.power.idle.value, hw.power.tdp.value
+    if cap_w >= tdp:
+        return 1.0
+    if cap_w <= idle:
+        raise InputError(f"a power cap of {cap_w:.0f} W is at or below {hw.name}'s idle power ({idle:.0f} W)")
+    return float(((cap_w - idle) / (tdp - idle)) ** (1 / 3))
+
+
+def apply_power_cap(hw: HardwareProfile, cap_fraction: float) -> HardwareProfile:
+    """The profile under a power cap of ``cap_fraction`` x TDP: compute peaks scaled by the
+    capped clock, HBM and links unchanged (memory-bound decode barely slows), TDP = the cap."""
+    if not 0 < cap_fraction <= 1:
+        raise InputError(f"power cap fraction must be in (0, 1], got {cap_fraction}")
+    if cap_fraction == 1:
+        return hw
+    cap_w = cap_fraction * hw.power.tdp.value
+    f = capped_clock_fraction(hw, cap_w)
+    note = f"capped at {cap_fraction:.0%} TDP: clock x {f:.3f}"
+    peaks = {k: v.model_copy(update={"value": v.value * f, "note": note}) for k, v in hw.peak_flops.items()}
+    power = hw.power.model_copy(update={"tdp": hw.power.tdp.model_copy(update={"value": cap_w, "note": note})})
+    return hw.model_copy(update={"name": f"{hw.name}@{cap_fraction:.0%}", "peak_flops": peaks, "power": power})

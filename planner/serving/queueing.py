@@ -203,3 +203,43 @@ def interpolate(curve: Curve, values: np.ndarray, rate) -> np.ndarray:
     below = rate < r[:, 0]          # lighter than one decoding sequence: take the n=1 point
     out = np.where(below, values[:, 0], out)
     return np.where(rate > np.nanmax(np.where(np.isfinite(curve.rate), curve.rate, np.nan), axis=1), np.nan, out)
+
+
+def erlang_c(servers, load) -> np.ndarray:
+    """Probability of waiting in an M/M/c queue with ``servers`` servers and offered load
+    ``load`` = lambda E[S] (< servers); vectorized, stable recursion on the Erlang-B formula."""
+    c = np.asarray(servers, dtype=float)
+    a = np.asarray(load, dtype=float)
+    c, a = np.broadcast_arrays(c, a)
+    b = np.ones(np.shape(a))
+    for k in range(1, int(np.max(c)) + 1):          # Erlang B: B_k = a B_{k-1} / (k + a B_{k-1})
+        nb = a * b / (k + a * b)
+        b = np.where(k <= c, nb, b)
+    rho = a / c
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(rho < 1, b / (1 - rho * (1 - b)), 1.0)
+
+
+def multi_server_wait(rate, servers, mean_service, service_scv, arrival_scv=1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(mean wait, utilisation) of a G/G/c FCFS queue, Allen-Cunneen approximation:
+    ``W = C(c, a) / (c mu - lambda) x (ca^2 + cs^2) / 2`` (exact for M/M/c when both are 1)."""
+    c = np.asarray(servers, dtype=float)
+    a = np.asarray(rate, dtype=float) * mean_service
+    rho = a / c
+    pw = erlang_c(c, a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wait = np.where(rho < 1, pw * mean_service / (c * (1 - rho)) * (arrival_scv + service_scv) / 2, np.inf)
+    return wait, rho
+
+
+def at_rates(curve: Curve, values: np.ndarray, rates) -> np.ndarray:
+    """``values`` of a one-candidate curve at many per-instance ``rates`` (linear in rate; NaN
+    beyond the curve's largest rate; rates lighter than one decoding sequence take the n=1 point)."""
+    r, v = curve.rate[0], values[0]
+    keep = np.isfinite(r) & np.isfinite(v)
+    r, v = r[keep], v[keep]
+    rates = np.asarray(rates, dtype=float)
+    if r.size == 0:
+        return np.full(rates.shape, np.nan)
+    out = np.interp(rates, r, v)
+    return np.where(rates > r[-1], np.nan, out)

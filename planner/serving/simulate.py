@@ -153,22 +153,24 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
 
 
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
-                  kv_free, per_tok, state, ttft, done, dp: int = 1):
-    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids``. With ``dp``
-    attention replicas the engine limits scale by ``dp`` (replicas are pooled, balanced)."""
+                  kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False):
+    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
+    arrival). With ``dp`` attention replicas the engine limits scale by ``dp`` (replicas pooled).
+    ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
+    machine) and join the decode batch once their KV fits; preempted ones are recomputed here."""
     budget_total, max_seqs, chunked = engine.max_batched_tokens * dp, engine.max_num_seqs * dp, engine.chunked_prefill
     arr = arrival_s[ids]
     need_prefill = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
     full_in = input_len[ids].astype(np.int64)
     out = output_len[ids].astype(np.int64)
     waiting: deque[int] = deque()          # local indices, FCFS; preempted go to the front
-    remaining_prefill = need_prefill.copy()
+    remaining_prefill = np.zeros_like(need_prefill) if prefilled else need_prefill.copy()
     run_id = np.empty(0, dtype=np.int64)   # decoding sequences
     run_left = np.empty(0, dtype=np.int64)
     run_ctx = np.empty(0, dtype=np.float64)
     ctx_sum = 0.0
     kv_used = 0.0
-    generated = np.zeros(len(ids), dtype=np.int64)
+    generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.int64)
     admitted = np.zeros(len(ids), dtype=bool)
     now, nxt, energy, preemptions, iters = 0.0, 0, 0.0, 0, 0
     n_total = len(ids)
@@ -177,6 +179,23 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
         while nxt < n_total and arr[nxt] <= now:
             waiting.append(nxt)
             nxt += 1
+        if prefilled:                      # transferred requests join the decode batch as KV allows
+            joined = []
+            while waiting and remaining_prefill[waiting[0]] == 0 and len(run_id) + len(joined) < max_seqs:
+                r = waiting[0]
+                need = (full_in[r] + generated[r]) * per_tok + state
+                if kv_used + need > kv_free:
+                    break
+                kv_used += need
+                admitted[r] = True
+                joined.append(waiting.popleft())
+            if joined:
+                left = out[joined] - generated[joined]
+                run_id = np.concatenate([run_id, joined]).astype(np.int64)
+                run_left = np.concatenate([run_left, left]).astype(np.int64)
+                ctx = (full_in[joined] + generated[joined]).astype(np.float64)
+                run_ctx = np.concatenate([run_ctx, ctx])
+                ctx_sum += float(ctx.sum())
         n_dec = len(run_id)
         if n_dec == 0 and not waiting:
             now = arr[nxt]
@@ -187,7 +206,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
         for r in waiting:
-            if budget <= 0 or seqs >= max_seqs:
+            if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
             if not admitted[r]:
                 need = (full_in[r] + generated[r]) * per_tok + state
@@ -201,7 +220,9 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             seqs += 1
         p_tokens = sum(t for _, t in chunk)
         if p_tokens == 0 and n_dec == 0:
-            now = max(now, arr[nxt]) if nxt < n_total else now   # blocked on KV with nothing running
+            if nxt >= n_total:
+                raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
+            now = max(now, arr[nxt])       # blocked on KV with nothing running: wait for arrivals
             continue
         steps = 1
         if prefill_only:
@@ -255,7 +276,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
                 waiting.remove(r)
                 if np.isnan(ttft[ids[r]]):
                     ttft[ids[r]] = now - arr[r]
-                    generated[r] += 1
+                generated[r] += 1                  # a prefill (or recompute) ends with a new token
                 left = out[r] - generated[r]
                 if left <= 0:
                     done[ids[r]] = now
@@ -271,3 +292,55 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             run_ctx = np.concatenate([run_ctx, new_ctx]).astype(np.float64)
             ctx_sum += float(sum(new_ctx))
     return energy, preemptions, iters, now
+
+
+def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layout, int],
+                           token: tuple[HardwareProfile, Layout, int], dtypes: DTypes, engine: Engine,
+                           arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
+                           transfer_s, *, prefix_hit: float = 0.0, seed: int = 0,
+                           warmup_frac: float = 0.1) -> SimResult:
+    """Splitwise-style pools: prompts are served FCFS by the first free prompt instance (JSQ), which
+    emits the first token; ``transfer_s(prompt_tokens, prefill_s)`` gives the exposed KV-transfer
+    delay; token instances, taken in turn as KV caches arrive, decode the requests once their
+    KV fits (waiting for space otherwise)."""
+    import heapq
+
+    (php, play, n_prompt), (thw, tlay, n_token) = prompt, token
+    order = np.argsort(arrival_s, kind="stable")
+    arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
+    pre_tokens = np.maximum(np.round(input_len * (1 - prefix_hit)), 1)
+    uniq, inv = np.unique(pre_tokens, return_inverse=True)
+    service = iteration(model, php, play, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
+    free = [0.0] * n_prompt
+    heapq.heapify(free)
+    prefill_done = np.empty(len(arrival_s))
+    for k, (a, s) in enumerate(zip(arrival_s, service, strict=True)):
+        start = max(a, heapq.heappop(free))
+        prefill_done[k] = start + s
+        heapq.heappush(free, prefill_done[k])
+    ready = prefill_done + np.asarray(transfer_s(pre_tokens, service), dtype=float)
+    ttft = prefill_done - arrival_s
+    free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes)
+    longest = int(np.max(input_len + output_len))
+    if longest * per_tok + state > free_kv:
+        raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
+                              f"cache but a token instance has {max(free_kv, 0) / 1e9:.2f} GB free")
+    dp = int(np.ravel(tlay.attention_dp)[0])
+    table = IterationTable(model, thw, tlay, dtypes, engine, float(longest), float(np.mean(input_len)),
+                           engine.max_num_seqs * dp, engine.max_batched_tokens * dp)
+    by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)
+    done = np.full(len(arrival_s), np.nan)
+    scratch = np.full(len(arrival_s), np.nan)      # token instances do not set TTFT
+    energy, preempt, iters = 0.0, 0, 0
+    for k in range(n_token):
+        ids = by_ready[k::n_token]
+        e, pr, it, _ = _run_instance(ids, ready, input_len, output_len, prefix_hit, engine, table, free_kv,
+                                     per_tok, state, scratch, done, dp, prefilled=True)
+        energy += e * int(np.ravel(tlay.devices)[0])
+        preempt += pr
+        iters += it
+    keep = np.isfinite(done) & (arrival_s >= arrival_s[0] + warmup_frac * (arrival_s[-1] - arrival_s[0]))
+    o = output_len[keep]
+    tpot = np.where(o > 1, (done[keep] - prefill_done[keep]) / np.maximum(o - 1, 1), 0.0)
+    span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
+    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters)

@@ -1,0 +1,353 @@
+"""Splitwise design (Patel et al., ISCA 2024): a prompt pool and a token pool, possibly of different
+hardware or power caps; each request is prefilled on a prompt machine, which produces the first
+token, and its KV cache is shipped over the scale-out network to a token machine that decodes it.
+
+Analytic model, per design and offered rate lambda (vectorized over a rate grid):
+
+* prompt pool = G/G/c FCFS queue (Splitwise's JSQ over prompt machines), service = the prefill of
+  one prompt on a prompt instance (roofline), wait by Allen-Cunneen; TTFT = wait + service;
+* KV transfer of ``kv_bytes_per_token x prompt`` over the slower of the two instances' NICs:
+  serialized after prefill (below ``serialize_below_tokens``) or layer-wise overlapped with it,
+  leaving ``max(0, transfer - prefill) + one layer + transfer_overhead_s`` exposed; it delays the
+  second token; each NIC's load must stay below its bandwidth;
+* token pool = decode-only continuous batching (no prefill interference) on each token instance,
+  the same steady-state curve as the colocated model with no prompt tokens per iteration;
+* the design sustains the largest rate at which both pools meet the SLOs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import framework as get_framework
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import hardware as get_hardware
+from planner.catalog.model import ModelSpec
+from planner.errors import InfeasibleError
+from planner.perf.memory import kv_cache_bytes_per_token
+from planner.perf.ops import DTypes
+from planner.perf.parallel import Layout, check_layout
+from planner.perf.power import apply_power_cap
+from planner.serving.batching import Engine, iteration
+from planner.serving.queueing import at_rates, multi_server_wait, serving_curve
+from planner.serving.slo import PERCENTILES, SLO, Target
+from planner.serving.workload import LengthStats, Workload, length_stats, weighted_quantile
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Pool(_Frozen):
+    """Machines of one kind: ``count`` instances of ``tp x pp`` devices, optionally power-capped."""
+
+    hardware: str
+    tp: int = Field(8, ge=1)
+    pp: int = Field(1, ge=1)
+    count: int = Field(ge=1)
+    power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
+
+
+class Candidate(_Frozen):
+    name: str
+    prompt: Pool
+    token: Pool
+
+
+class Baseline(_Frozen):
+    name: str
+    pool: Pool
+
+
+class SlowdownReference(_Frozen):
+    """Splitwise's SLOs are slowdowns against one request on a reference machine with no
+    contention (Table VI); they become absolute bounds at the workload's length quantiles."""
+
+    hardware: str = "a100-80g"
+    tp: int = 8
+    ttft: tuple[float, float, float] = (2.0, 3.0, 6.0)
+    tbt: tuple[float, float, float] = (1.25, 1.5, 5.0)
+    e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
+
+
+class SplitwiseSpec(_Frozen):
+    type: Literal["splitwise"] = "splitwise"
+    framework: str | None = Field(None, description="engine entry applied to every pool (e.g. vllm-2023)")
+    weight_dtype: DType = DType.bf16
+    kv_transfer: Literal["layerwise", "serialized"] = "layerwise"
+    serialize_below_tokens: int = Field(512, ge=0, description="Splitwise serializes short prompts' KV")
+    transfer_overhead_s: float = Field(0.005, ge=0, description="exposed cost of layer-wise transfer "
+                                       "(Splitwise Sec. 6.1: ~5 ms on H100, ~8 ms on A100)")
+    link_gbps: float | None = Field(None, gt=0, description="KV-transfer bandwidth per instance (Gb/s); "
+                                    "default: the instance's NICs (devices x NIC x scale-out efficiency)")
+    slowdown_slo: SlowdownReference | None = None
+    baselines: list[Baseline] = []
+    designs: list[Candidate] = Field(min_length=1)
+
+
+# ------------------------------------------------------------------------------------------------
+class PoolMetrics(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+    kind: Literal["splitwise", "colocated"]
+    machines: str
+    accelerators: int
+    max_rate: float                  # req/s meeting the SLOs
+    output_tokens_per_s: float
+    usd_per_h: float
+    provisioned_power_w: float       # accelerators x (capped) TDP
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    e2e_s: dict[str, float]
+    binding: str
+
+
+def _hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
+    hw = get_hardware(name)
+    if fw:
+        hw = get_framework(fw).apply(hw)
+    return apply_power_cap(hw, cap)
+
+
+def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
+                 fw: str | None) -> SLO:
+    """Absolute bounds from Splitwise's slowdown SLOs at the workload's P50/P90/P99 lengths."""
+    hw = _hw(ref.hardware, fw)
+    lay = Layout.of(ref.tp, 1, 1)
+    prompts = np.array(stats.prefill_quantiles)
+    t_pre = iteration(model, hw, lay, dtypes, 0.0, 16.0, prompts, prompts).time_s
+    t_dec = iteration(model, hw, lay, dtypes, 1.0, prompts, 0.0, prompts).time_s
+    outs = np.array(stats.output_quantiles)
+    e2e = t_pre + (outs - 1) * t_dec
+
+    def target(factors, base) -> Target:
+        return Target(**{p: float(f * b) for p, f, b in zip(PERCENTILES, factors, base, strict=True)})
+
+    return SLO(ttft_s=target(ref.ttft, t_pre), tpot_s=target(ref.tbt, t_dec), e2e_s=target(ref.e2e, e2e))
+
+
+def _rate_grid(upper: float, points: int = 160) -> np.ndarray:
+    return np.geomspace(upper * 1e-3, upper, points)
+
+
+def _check(slo: SLO, metrics: dict[str, dict[str, np.ndarray]], grid_len: int) -> tuple[np.ndarray, list[str]]:
+    ok = np.ones(grid_len, dtype=bool)
+    names = []
+    for metric in ("ttft_s", "tpot_s", "e2e_s"):
+        for p, bound in getattr(slo, metric).items():
+            good = metrics[metric][p] <= bound
+            ok &= good
+            names.append((f"{metric}.{p} <= {bound:.4g}", good))
+    return ok, names
+
+
+def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tuple[float, int, str]:
+    for name, good in extra:
+        ok = ok & good
+    if not ok[0]:
+        bad = [n for n, g in named + extra if not g[0]]
+        return 0.0, -1, "unreachable: " + ", ".join(bad)
+    last = int(np.flatnonzero(~ok)[0]) - 1 if (~ok).any() else len(ok) - 1
+    if last == len(ok) - 1:
+        return float(rates[last]), last, "capacity"
+    fails = [n for n, g in named + extra if not g[last + 1]]
+    return float(rates[last]), last, fails[0] if fails else "capacity"
+
+
+def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: SLO, engine: Engine,
+                       dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float]) -> PoolMetrics:
+    hw = _hw(b.pool.hardware, fw, b.pool.power_cap)
+    lay = Layout.of(b.pool.tp, 1, b.pool.pp)
+    check_layout(model, lay)
+    stats = length_stats(workload)
+    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
+    upper = float(np.nanmax(np.where(c.rho < 1, c.rate, np.nan))) * b.pool.count
+    rates = _rate_grid(upper)
+    per = rates / b.pool.count
+    m = {}
+    for key, d in (("ttft_s", c.ttft), ("tpot_s", c.tpot), ("e2e_s", c.e2e)):
+        m[key] = {p: at_rates(c, d[p], per) for p in (*PERCENTILES, "mean")}
+    ok, named = _check(slo, m, len(rates))
+    ok &= np.isfinite(m["ttft_s"]["mean"])
+    rate, i, binding = _max_rate(rates, ok, named, [])
+    return _metrics(b.name, "colocated", f"{b.pool.count} x {hw.name} tp{b.pool.tp}", b.pool.count * _devices(b.pool),
+                    rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw))
+
+
+def _devices(p: Pool) -> int:
+    return p.tp * p.pp
+
+
+def _usd(p: Pool, hw: HardwareProfile, usd_per_h: dict[str, float]) -> float:
+    base = p.hardware
+    per = usd_per_h.get(base, hw.price.rent.value if hw.price.rent else float("nan"))
+    return p.count * _devices(p) * per
+
+
+def _power(p: Pool, hw: HardwareProfile) -> float:
+    return p.count * _devices(p) * hw.power.tdp.value
+
+
+def _metrics(name, kind, machines, accelerators, rate, stats, m, i, binding, usd, power) -> PoolMetrics:
+    pick = (lambda d: {p: float(v[i]) for p, v in d.items()}) if i >= 0 else (lambda d: {p: float("nan") for p in d})
+    return PoolMetrics(name=name, kind=kind, machines=machines, accelerators=accelerators, max_rate=rate,
+                       output_tokens_per_s=rate * stats.mean_output, usd_per_h=usd, provisioned_power_w=power,
+                       ttft_s=pick(m["ttft_s"]), tpot_s=pick(m["tpot_s"]), e2e_s=pick(m["e2e_s"]), binding=binding)
+
+
+def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProfile, token_hw: HardwareProfile,
+                  d: Candidate, prompt_tokens: np.ndarray, prefill_s: np.ndarray, kv_dtype: DType) -> tuple:
+    """(exposed transfer seconds, bytes) of shipping each prompt's KV cache to a token machine."""
+    nbytes = kv_cache_bytes_per_token(model, kv_dtype) * np.asarray(prompt_tokens, float)
+    bw = _link_bytes_per_s(spec, prompt_hw, token_hw, d)
+    full = nbytes / bw + prompt_hw.scale_out.latency.value
+    layered = np.maximum(full - prefill_s, 0) + nbytes / model.num_layers / bw + spec.transfer_overhead_s
+    serial = (spec.kv_transfer == "serialized") | (np.asarray(prompt_tokens) < spec.serialize_below_tokens)
+    return np.where(serial, full, layered), nbytes
+
+
+def _link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) -> float:
+    if spec.link_gbps is not None:
+        return spec.link_gbps * 1e9 / 8
+    per = [hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * _devices(p)
+           for hw, p in ((prompt_hw, d.prompt), (token_hw, d.token))]
+    return min(per)
+
+
+def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
+                       engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float]) -> PoolMetrics:
+    stats = length_stats(workload)
+    php = _hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
+    thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
+    play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
+    check_layout(model, play)
+    check_layout(model, tlay)
+    # prompt service times over the prompt-length distribution (quantile support)
+    i, o, w = workload.joint_support()
+    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
+    q = (np.arange(48) + 0.5) / 48
+    support = weighted_quantile(pre_len, w, q)
+    s = iteration(model, php, play, dtypes, 0.0, 16.0, support, support).time_s
+    xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
+    es, es2 = float(s.mean()), float((s**2).mean())
+    cs2 = es2 / es**2 - 1
+    # token pool: decode-only curve per token instance
+    dec_engine = engine.model_copy(update={"chunked_prefill": True})
+    dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
+    c = serving_curve(model, thw, tlay, dtypes, dec_engine, dstats, workload.arrival.scv)
+    if not np.isfinite(c.n[0, 0]):
+        need = kv_cache_bytes_per_token(model, dtypes.kv) * (stats.mean_decode_ctx) / 1e9
+        raise InfeasibleError(f"{d.name}: a token machine ({thw.name} tp{d.token.tp}) has no room for the KV cache of "
+                              f"one request (~{need:.1f} GB) beside the weights; use more devices per token machine")
+    token_cap = float(np.nanmax(c.rate)) * d.token.count
+    prompt_cap = d.prompt.count / es
+    rates = _rate_grid(min(token_cap, prompt_cap))
+    wait, rho = multi_server_wait(rates, d.prompt.count, es, cs2, workload.arrival.scv)
+    per_tok = rates / d.token.count
+    tpot = {p: at_rates(c, c.tpot[p], per_tok) for p in (*PERCENTILES, "mean")}
+    # a token instance holds at most n_max sequences' KV: it is an n_max-server queue whose service
+    # is a request's decode (O x TPOT); arrivals beyond it wait for KV space (Erlang C)
+    o_mean, o_scv = float(w @ o), float(w @ o**2) / float(w @ o) ** 2 - 1
+    slots = np.floor(float(c.n_max[0]))
+    kv_wait, kv_rho = multi_server_wait(per_tok, slots, o_mean * tpot["mean"], o_scv, workload.arrival.scv)
+    kv_wait = np.where(np.isfinite(tpot["mean"]), kv_wait, np.inf)
+    for p in PERCENTILES:                       # the wait stretches the gaps of the requests that waited
+        tpot[p] = tpot[p] + kv_wait / max(stats.mean_output - 1, 1) * {"p50": 0.5, "p90": 1.5, "p99": 3.0}[p]
+    ttft = {"mean": wait + es}
+    e2e = {}
+    for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wq = np.where(rho > 1 - qv, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - qv)), 0)
+        sq = float(np.quantile(s, qv))
+        ttft[k] = wq + sq
+        xq = float(np.quantile(xfer, qv))
+        e2e[k] = ttft["mean"] + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
+    e2e["mean"] = ttft["mean"] + float(xfer.mean()) + kv_wait + (stats.mean_output - 1) * tpot["mean"]
+    m = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
+    ok, named = _check(slo, m, len(rates))
+    mean_bytes = float((nbytes).mean())
+    bw = _link_bytes_per_s(spec, php, thw, d)
+    extra = [("prompt pool capacity", rho < 1),
+             ("token pool capacity (KV memory / batch)", np.isfinite(tpot["mean"]) & (kv_rho < 1)),
+             ("kv_transfer_bandwidth (prompt NIC)", rates / d.prompt.count * mean_bytes < bw),
+             ("kv_transfer_bandwidth (token NIC)", rates / d.token.count * mean_bytes < bw)]
+    rate, idx, binding = _max_rate(rates, ok, named, extra)
+    machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp} (prompt) + {d.token.count} x {thw.name} "
+                f"tp{d.token.tp} (token)")
+    acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
+    usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
+    power = _power(d.prompt, php) + _power(d.token, thw)
+    return _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power)
+
+
+class SplitwiseResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    scenario: str
+    design: Literal["splitwise"] = "splitwise"
+    model: str
+    slo: SLO
+    rows: list[PoolMetrics]
+    ratios: list[dict]               # each design against each baseline
+
+
+def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
+                   usd_per_h: dict[str, float], name: str) -> SplitwiseResult:
+    kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
+    dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
+    stats = length_stats(workload)
+    if spec.slowdown_slo is not None:
+        slo = slowdown_slo(model, spec.slowdown_slo, stats, dtypes, spec.framework)
+    rows = [evaluate_colocated(model, b, workload, slo, engine, dtypes, spec.framework, usd_per_h)
+            for b in spec.baselines]
+    rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h) for d in spec.designs]
+    ratios = []
+    for d in rows[len(spec.baselines):]:
+        for b in rows[:len(spec.baselines)]:
+            ratios.append(dict(design=d.name, baseline=b.name,
+                               throughput=d.max_rate / b.max_rate if b.max_rate > 0 else float("inf"),
+                               cost=d.usd_per_h / b.usd_per_h, power=d.provisioned_power_w / b.provisioned_power_w))
+    return SplitwiseResult(scenario=name, model=model.name, slo=slo, rows=rows, ratios=ratios)
+
+
+class SplitwiseSimCheck(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str
+    rate: float
+    requests: int
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    e2e_s: dict[str, float]
+    requests_per_s: float
+    meets_slo: bool
+    violations: list[str]
+
+
+def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
+                    engine: Engine, rate: float, requests: int, seed: int) -> SplitwiseSimCheck:
+    """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s."""
+    from planner.serving.simulate import simulate_disaggregated
+    from planner.serving.slo import check, percentiles
+
+    kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
+    dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
+    php = _hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
+    thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
+    play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
+    a, i, o = workload.with_rate(rate).sample(requests, seed)
+
+    def transfer(tokens, prefill_s):
+        return kv_transfer_s(model, spec, php, thw, d, tokens, prefill_s, kv)[0]
+
+    r = simulate_disaggregated(model, (php, play, d.prompt.count), (thw, tlay, d.token.count), dtypes,
+                               engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
+                               prefix_hit=workload.prefix_hit, seed=seed)
+    measured = {"ttft_s": percentiles(r.ttft_s), "tpot_s": percentiles(r.tpot_s[r.output_len > 1]),
+                "e2e_s": percentiles(r.e2e_s)}
+    bad = check(slo, measured)
+    return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
+                             tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,
+                             meets_slo=not bad, violations=bad)
