@@ -204,6 +204,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
     result = run_scenario(load_scenario(scenario))
     if json_out:
         print_json(result.model_dump(mode="json"))
+    elif result.design == "splitwise":
+        from planner.plan_report import print_splitwise
+
+        print_splitwise(result)
     else:
         from planner.plan_report import print_plan
 

@@ -52,3 +52,28 @@ def print_plan(r: PlanResult) -> None:
         out.print(t)
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")
+
+
+def print_splitwise(r) -> None:
+    """Comparison table of a Splitwise scenario (every baseline and design at its max SLO rate)."""
+    t = Table(title=f"{r.scenario}: {r.model}, largest request rate meeting the SLOs")
+    for col in ("design", "machines", "accel.", "req/s", "out tok/s", "$/h", "power (prov.)", "TTFT p90",
+                "TPOT p90", "binding"):
+        t.add_column(col)
+    for row in r.rows:
+        t.add_row(row.name, row.machines, str(row.accelerators), f"{row.max_rate:.3g}",
+                  f"{row.output_tokens_per_s:,.0f}", f"{row.usd_per_h:,.0f}", si(row.provisioned_power_w, "W"),
+                  si(row.ttft_s.get("p90", float("nan")), "s"), si(row.tpot_s.get("p90", float("nan")), "s"),
+                  row.binding)
+    out.print(t)
+    ratios = Table(title="Designs against baselines (throughput, cost, provisioned power)")
+    for col in ("design", "baseline", "throughput", "cost", "power"):
+        ratios.add_column(col)
+    for x in r.ratios:
+        ratios.add_row(x["design"], x["baseline"], f"{x['throughput']:.2f}x", f"{x['cost']:.2f}x", f"{x['power']:.2f}x")
+    out.print(ratios)
+    for v in r.verdicts:
+        out.print(f"[bold]{v}[/]")
+    slo = r.slo
+    out.print("SLOs: " + "; ".join(f"{m}.{p} <= {si(v, 's')}" for m in ("ttft_s", "tpot_s", "e2e_s")
+                                   for p, v in getattr(slo, m).items()))

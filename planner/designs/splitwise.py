@@ -74,6 +74,18 @@ class SlowdownReference(_Frozen):
     e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
 
 
+class SplitSearch(_Frozen):
+    """Find the best pool sizes for each (prompt, token) hardware pair under a budget: the cost or
+    provisioned power of a named baseline, or a number of machines."""
+
+    pairs: list[tuple[str, str]] = Field(min_length=1)
+    token_power_caps: list[float] = [1.0]
+    budget: Literal["cost", "power", "machines"] = "cost"
+    of_baseline: str | None = Field(None, description="take the budget from this baseline")
+    limit: float | None = Field(None, gt=0, description="explicit budget: $/h, W or machines")
+    tp: int = 8
+
+
 class SplitwiseSpec(_Frozen):
     type: Literal["splitwise"] = "splitwise"
     framework: str | None = Field(None, description="engine entry applied to every pool (e.g. vllm-2023)")
@@ -86,7 +98,8 @@ class SplitwiseSpec(_Frozen):
                                     "default: the instance's NICs (devices x NIC x scale-out efficiency)")
     slowdown_slo: SlowdownReference | None = None
     baselines: list[Baseline] = []
-    designs: list[Candidate] = Field(min_length=1)
+    designs: list[Candidate] = []
+    search: SplitSearch | None = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,7 +159,7 @@ def _check(slo: SLO, metrics: dict[str, dict[str, np.ndarray]], grid_len: int) -
 
 
 def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tuple[float, int, str]:
-    for name, good in extra:
+    for _, good in extra:
         ok = ok & good
     if not ok[0]:
         bad = [n for n, g in named + extra if not g[0]]
@@ -292,6 +305,7 @@ class SplitwiseResult(BaseModel):
     slo: SLO
     rows: list[PoolMetrics]
     ratios: list[dict]               # each design against each baseline
+    verdicts: list[str] = []         # does disaggregation pay against the baselines, and why
 
 
 def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
@@ -303,14 +317,19 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
         slo = slowdown_slo(model, spec.slowdown_slo, stats, dtypes, spec.framework)
     rows = [evaluate_colocated(model, b, workload, slo, engine, dtypes, spec.framework, usd_per_h)
             for b in spec.baselines]
-    rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h) for d in spec.designs]
+    designs = list(spec.designs)
+    verdicts = []
+    if spec.search is not None:
+        found, verdicts = search_splits(model, spec, workload, slo, engine, dtypes, usd_per_h, rows)
+        designs += found
+    rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h) for d in designs]
     ratios = []
     for d in rows[len(spec.baselines):]:
         for b in rows[:len(spec.baselines)]:
             ratios.append(dict(design=d.name, baseline=b.name,
                                throughput=d.max_rate / b.max_rate if b.max_rate > 0 else float("inf"),
                                cost=d.usd_per_h / b.usd_per_h, power=d.provisioned_power_w / b.provisioned_power_w))
-    return SplitwiseResult(scenario=name, model=model.name, slo=slo, rows=rows, ratios=ratios)
+    return SplitwiseResult(scenario=name, model=model.name, slo=slo, rows=rows, ratios=ratios, verdicts=verdicts)
 
 
 class SplitwiseSimCheck(BaseModel):
@@ -351,3 +370,82 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
     return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
                              tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,
                              meets_slo=not bad, violations=bad)
+
+
+def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
+                  dtypes: DTypes, usd_per_h: dict[str, float], baselines: list[PoolMetrics]
+                  ) -> tuple[list[Candidate], list[str]]:
+    """Best (prompt, token) machine counts per hardware pair within the budget.
+
+    The prompt pool's SLO-meeting capacity depends only on its count and the token pool's only on
+    its count, so each is evaluated once per count and every split is the minimum of the two (the
+    chosen split is then re-evaluated jointly, E2E included)."""
+    sr = spec.search
+    assert sr is not None
+    limit = sr.limit
+    if sr.of_baseline is not None:
+        base = next((b for b in baselines if b.name == sr.of_baseline), None)
+        if base is None:
+            raise InfeasibleError(f"search.of_baseline {sr.of_baseline!r} is not one of the baselines")
+        limit = {"cost": base.usd_per_h, "power": base.provisioned_power_w,
+                 "machines": base.accelerators / sr.tp}[sr.budget]
+    if limit is None:
+        raise InfeasibleError("search needs a budget: give search.limit or search.of_baseline")
+    found, verdicts = [], []
+    for prompt_hw, token_hw in sr.pairs:
+        for cap in sr.token_power_caps:
+            best = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap,
+                               sr, limit)
+            if best is None:
+                verdicts.append(f"{prompt_hw}+{token_hw}: no split within the budget meets the SLOs")
+                continue
+            found.append(best)
+    best_base = max(baselines, key=lambda b: b.max_rate, default=None)
+    if best_base is not None and found:
+        evals = [(evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h), d) for d in found]
+        top, d = max(evals, key=lambda e: e[0].max_rate)
+        ratio = top.max_rate / best_base.max_rate if best_base.max_rate > 0 else float("inf")
+        if ratio > 1.0:
+            verdicts.append(f"disaggregation pays: {top.name} serves {ratio:.2f}x the rate of {best_base.name} "
+                            f"within the same {sr.budget} budget")
+        else:
+            verdicts.append(f"disaggregation does not pay: the best split ({top.name}, {top.max_rate:.3g} req/s, "
+                            f"limited by {top.binding}) serves {ratio:.2f}x {best_base.name} "
+                            f"({best_base.max_rate:.3g} req/s); keep prefill and decode together")
+    return found, verdicts
+
+
+def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit):
+    php, thw = _hw(prompt_hw, spec.framework), _hw(token_hw, spec.framework, cap)
+    unit = {"cost": lambda hw, name: sr.tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
+            "power": lambda hw, name: sr.tp * hw.power.tdp.value,
+            "machines": lambda hw, name: 1.0}[sr.budget]
+    up, ut = unit(php, prompt_hw), unit(thw, token_hw)
+    max_p, max_t = int(limit // up), int(limit // ut)
+    if max_p < 1 or max_t < 1:
+        return None
+    probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=sr.tp, count=1),
+                      token=Pool(hardware=token_hw, tp=sr.tp, count=1, power_cap=cap))
+    # per-machine capacities from single-pool evaluations with many machines on the other side
+    big = max(max_p, max_t) * 4
+    prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
+        "prompt": probe.prompt.model_copy(update={"count": n}),
+        "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
+        usd_per_h).max_rate for n in range(1, max_p + 1)])
+    token_one = evaluate_splitwise(model, probe.model_copy(update={
+        "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
+        usd_per_h).max_rate
+    best, best_rate = None, 0.0
+    for n_p in range(1, max_p + 1):
+        n_t = int((limit - n_p * up) // ut)
+        if n_t < 1:
+            break
+        rate = min(prompt_rate[n_p - 1], token_one * n_t)
+        if rate > best_rate:
+            best, best_rate = (n_p, n_t), rate
+    if best is None:
+        return None
+    tag = f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "")
+    return Candidate(name=f"best {tag} ({best[0]}P+{best[1]}T)",
+                     prompt=Pool(hardware=prompt_hw, tp=sr.tp, count=best[0]),
+                     token=Pool(hardware=token_hw, tp=sr.tp, count=best[1], power_cap=cap))

@@ -81,6 +81,13 @@ class IterationTable:
         return out[0], out[1]
 
 
+def _steady_throughput(arrival_s: np.ndarray, done: np.ndarray, warmup_frac: float) -> float:
+    """Requests completed per second between the end of the warm-up and the last arrival."""
+    t0 = arrival_s.min() + warmup_frac * (arrival_s.max() - arrival_s.min())
+    t1 = arrival_s.max()
+    return float(((done >= t0) & (done <= t1)).sum() / (t1 - t0)) if t1 > t0 else float("nan")
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Per-request latencies (s) of completed requests, and instance-level totals."""
@@ -94,14 +101,11 @@ class SimResult:
     energy_j: float          # all devices of all instances
     preemptions: int
     iterations: int
-
-    @property
-    def requests_per_s(self) -> float:
-        return len(self.e2e_s) / self.makespan_s
+    requests_per_s: float    # completions per second in the steady window (after warm-up, before the last arrival)
 
     @property
     def output_tokens_per_s(self) -> float:
-        return float(self.output_len.sum()) / self.makespan_s
+        return self.requests_per_s * float(self.output_len.mean())
 
 
 def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes) -> tuple[float, float, float]:
@@ -149,7 +153,8 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     o = output_len[keep]
     tpot = np.where(o > 1, (done[keep] - (ttft[keep] + arrival_s[keep])) / np.maximum(o - 1, 1), 0.0)
     span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
-    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters)
+    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters,
+                     _steady_throughput(arrival_s, done, warmup_frac))
 
 
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
@@ -343,4 +348,5 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
     o = output_len[keep]
     tpot = np.where(o > 1, (done[keep] - prefill_done[keep]) / np.maximum(o - 1, 1), 0.0)
     span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
-    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters)
+    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters,
+                     _steady_throughput(arrival_s, done, warmup_frac))

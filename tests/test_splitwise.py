@@ -1,0 +1,112 @@
+"""Splitwise design: the paper's iso-cost / iso-power comparisons computed by the model,
+analytic vs simulator, when disaggregation does not pay, and infeasible pools."""
+
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.catalog.dtypes import DType
+from planner.designs.splitwise import (
+    Candidate,
+    Pool,
+    SplitSearch,
+    SplitwiseSpec,
+    evaluate_splitwise,
+    plan_splitwise,
+    simulate_design,
+    slowdown_slo,
+)
+from planner.errors import InfeasibleError
+from planner.perf.ops import DTypes
+from planner.run import run_scenario
+from planner.scenario import load_scenario
+from planner.serving.batching import Engine
+from planner.serving.slo import SLO, Target
+from planner.serving.workload import Fixed, Workload, length_stats
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ratio(result, design, baseline):
+    return next(x for x in result["ratios"] if x["design"] == design and x["baseline"] == baseline)
+
+
+@pytest.fixture(scope="module")
+def iso_cost():
+    return run_scenario(load_scenario(ROOT / "scenarios/splitwise-iso-cost-conv.yaml")).model_dump()
+
+
+@pytest.fixture(scope="module")
+def iso_power():
+    return run_scenario(load_scenario(ROOT / "scenarios/splitwise-iso-power-conv.yaml")).model_dump()
+
+
+def test_iso_cost_aa_vs_h100_reproduces_1_4x(iso_cost):
+    # Paper Sec. 6.3: Splitwise-AA gives 1.4x Baseline-H100's throughput at the same cost with 25%
+    # more power. The model gives 1.48x. Tolerance 15%: the paper's simulator replays profiled vLLM
+    # latencies, ours come from the roofline with one framework entry whose absolute latency error
+    # on SplitwiseSim's own profiles is ~25% (README, validation); ratios cancel most of it.
+    r = _ratio(iso_cost, "Splitwise-AA", "Baseline-H100")
+    assert r["throughput"] == pytest.approx(1.4, rel=0.15)
+    assert r["cost"] == pytest.approx(1.0, abs=0.01)
+    assert r["power"] == pytest.approx(1.25, abs=0.03)     # 86x400 W vs 40x700 W GPUs (configuration)
+
+
+def test_iso_power_aa_vs_a100(iso_power):
+    # Paper Sec. 6.2: Splitwise-AA 2.15x Baseline-A100 at the same power and cost. The model gives
+    # 2.77x (+29%): its A100 baseline suffers more prefill interference under the 1.25x P50 TBT SLO.
+    # Tolerance 35%, stated in the README as a known over-estimate.
+    r = _ratio(iso_power, "Splitwise-AA", "Baseline-A100")
+    assert r["throughput"] == pytest.approx(2.15, rel=0.35)
+    assert r["cost"] == pytest.approx(1.0) and r["power"] == pytest.approx(1.0)
+
+
+def test_search_finds_a_split_at_least_as_good_as_the_paper_configs(iso_cost):
+    rows = {r["name"]: r for r in iso_cost["rows"]}
+    found = [r for n, r in rows.items() if n.startswith("best ")]
+    assert found and all(r["usd_per_h"] <= rows["Baseline-H100"]["usd_per_h"] * 1.001 for r in found)
+    assert max(r["max_rate"] for r in found) >= rows["Splitwise-AA"]["max_rate"] * 0.98
+    assert any("disaggregation pays" in v for v in iso_cost["verdicts"])
+
+
+def test_simulator_confirms_analytic_capacity():
+    scn = load_scenario(ROOT / "scenarios/splitwise-iso-cost-conv.yaml")
+    spec, m = scn.design, planner.model(scn.model)
+    dt = DTypes(weight=DType.fp16, kv=DType.fp16)
+    slo = slowdown_slo(m, spec.slowdown_slo, length_stats(scn.workload), dt, spec.framework)
+    d = spec.designs[0]
+    an = evaluate_splitwise(m, d, spec, scn.workload, slo, scn.engine, dt, {})
+    sim = simulate_design(m, d, spec, scn.workload, slo, scn.engine, 0.8 * an.max_rate, 12_000, 3)
+    assert sim.meets_slo, sim.violations
+    assert sim.tpot_s["mean"] == pytest.approx(an.tpot_s["mean"], rel=0.15)
+    assert sim.requests_per_s == pytest.approx(0.8 * an.max_rate, rel=0.03)
+
+
+def test_disaggregation_does_not_pay_for_tiny_prompts_on_a_slow_link():
+    m = planner.model("llama-3.1-8b")
+    w = Workload(rate=1.0, input=Fixed(value=32), output=Fixed(value=512))
+    slo = SLO(ttft_s=Target(p90=0.5), tpot_s=Target(p90=0.05))
+    spec = SplitwiseSpec(
+        link_gbps=1.0, baselines=[{"name": "Colocated-H100", "pool": {"hardware": "h100-sxm", "tp": 1, "count": 8}}],
+        search=SplitSearch(pairs=[("h100-sxm", "h100-sxm")], budget="machines", of_baseline="Colocated-H100", tp=1))
+    r = plan_splitwise(m, spec, w, slo, Engine(), {}, "tiny-prompts")
+    assert any("does not pay" in v for v in r.verdicts), r.verdicts
+
+
+def test_token_machine_too_small_names_the_limit():
+    m = planner.model("bloom-176b")
+    w = Workload(rate=1.0, trace="azure-conv-2023")
+    spec = SplitwiseSpec(designs=[Candidate(name="tiny", prompt=Pool(hardware="h100-sxm", count=2),
+                                            token=Pool(hardware="a100-80g", tp=4, count=2))])
+    with pytest.raises((InfeasibleError, planner.InputError), match="KV cache|memory|fit"):
+        plan_splitwise(m, spec, w, SLO(), Engine(), {}, "x")
+
+
+def test_slow_link_binds():
+    m = planner.model("llama-3.1-70b")
+    w = Workload(rate=1.0, input=Fixed(value=8000), output=Fixed(value=100))
+    d = Candidate(name="HH", prompt=Pool(hardware="h100-sxm", count=4), token=Pool(hardware="h100-sxm", count=4))
+    spec = SplitwiseSpec(link_gbps=0.5, designs=[d])
+    r = plan_splitwise(m, spec, w, SLO(ttft_s=Target(p90=5.0)), Engine(), {}, "slow")
+    assert "kv_transfer_bandwidth" in r.rows[0].binding
