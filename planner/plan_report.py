@@ -72,6 +72,15 @@ def print_splitwise(r) -> None:
     for x in r.ratios:
         ratios.add_row(x["design"], x["baseline"], f"{x['throughput']:.2f}x", f"{x['cost']:.2f}x", f"{x['power']:.2f}x")
     out.print(ratios)
+    if r.pareto:
+        front = Table(title=f"Pareto front of searched splits (throughput vs cost vs power; {len(r.pareto)} points, "
+                            "top 10 by throughput)")
+        for col in ("pair", "prompt", "token", "req/s", "$/h", "power (prov.)"):
+            front.add_column(col)
+        for x in r.pareto[:10]:
+            front.add_row(x["pair"], str(x["prompt"]), str(x["token"]), f"{x['req_per_s']:.3g}",
+                          f"{x['usd_per_h']:,.0f}", si(x["power_w"], "W"))
+        out.print(front)
     for v in r.verdicts:
         out.print(f"[bold]{v}[/]")
     slo = r.slo

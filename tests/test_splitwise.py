@@ -110,3 +110,14 @@ def test_slow_link_binds():
     spec = SplitwiseSpec(link_gbps=0.5, designs=[d])
     r = plan_splitwise(m, spec, w, SLO(ttft_s=Target(p90=5.0)), Engine(), {}, "slow")
     assert "kv_transfer_bandwidth" in r.rows[0].binding
+
+
+def test_pareto_front_is_non_dominated(iso_cost):
+    front = iso_cost["pareto"]
+    assert front
+    for a in front:
+        for b in front:
+            assert not (b["req_per_s"] >= a["req_per_s"] and b["usd_per_h"] <= a["usd_per_h"]
+                        and b["power_w"] <= a["power_w"] and b != a
+                        and (b["req_per_s"] > a["req_per_s"] or b["usd_per_h"] < a["usd_per_h"]
+                             or b["power_w"] < a["power_w"]))

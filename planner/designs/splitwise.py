@@ -32,6 +32,7 @@ from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
 from planner.perf.power import apply_power_cap
+from planner.search import pareto_front
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import at_rates, multi_server_wait, serving_curve
 from planner.serving.slo import PERCENTILES, SLO, Target
@@ -306,6 +307,7 @@ class SplitwiseResult(BaseModel):
     rows: list[PoolMetrics]
     ratios: list[dict]               # each design against each baseline
     verdicts: list[str] = []         # does disaggregation pay against the baselines, and why
+    pareto: list[dict] = []          # searched splits not dominated in (throughput, cost, power)
 
 
 def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
@@ -318,9 +320,9 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
     rows = [evaluate_colocated(model, b, workload, slo, engine, dtypes, spec.framework, usd_per_h)
             for b in spec.baselines]
     designs = list(spec.designs)
-    verdicts = []
+    verdicts, front = [], []
     if spec.search is not None:
-        found, verdicts = search_splits(model, spec, workload, slo, engine, dtypes, usd_per_h, rows)
+        found, verdicts, front = search_splits(model, spec, workload, slo, engine, dtypes, usd_per_h, rows)
         designs += found
     rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h) for d in designs]
     ratios = []
@@ -329,7 +331,17 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
             ratios.append(dict(design=d.name, baseline=b.name,
                                throughput=d.max_rate / b.max_rate if b.max_rate > 0 else float("inf"),
                                cost=d.usd_per_h / b.usd_per_h, power=d.provisioned_power_w / b.provisioned_power_w))
-    return SplitwiseResult(scenario=name, model=model.name, slo=slo, rows=rows, ratios=ratios, verdicts=verdicts)
+    return SplitwiseResult(scenario=name, model=model.name, slo=slo, rows=rows, ratios=ratios, verdicts=verdicts,
+                           pareto=front)
+
+
+def _pareto(points: list[dict]) -> list[dict]:
+    """The splits, across every searched pair, not dominated in (throughput, cost, power)."""
+    if not points:
+        return []
+    keep = pareto_front(-np.array([x["req_per_s"] for x in points]), np.array([x["usd_per_h"] for x in points]),
+                        np.array([x["power_w"] for x in points]))
+    return sorted((points[i] for i in keep), key=lambda x: -x["req_per_s"])
 
 
 class SplitwiseSimCheck(BaseModel):
@@ -374,7 +386,7 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
 
 def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
                   dtypes: DTypes, usd_per_h: dict[str, float], baselines: list[PoolMetrics]
-                  ) -> tuple[list[Candidate], list[str]]:
+                  ) -> tuple[list[Candidate], list[str], list[dict]]:
     """Best (prompt, token) machine counts per hardware pair within the budget.
 
     The prompt pool's SLO-meeting capacity depends only on its count and the token pool's only on
@@ -391,11 +403,12 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
                  "machines": base.accelerators / sr.tp}[sr.budget]
     if limit is None:
         raise InfeasibleError("search needs a budget: give search.limit or search.of_baseline")
-    found, verdicts = [], []
+    found, verdicts, points = [], [], []
     for prompt_hw, token_hw in sr.pairs:
         for cap in sr.token_power_caps:
-            best = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap,
-                               sr, limit)
+            best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap,
+                                    sr, limit)
+            points += pts
             if best is None:
                 verdicts.append(f"{prompt_hw}+{token_hw}: no split within the budget meets the SLOs")
                 continue
@@ -412,7 +425,7 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
             verdicts.append(f"disaggregation does not pay: the best split ({top.name}, {top.max_rate:.3g} req/s, "
                             f"limited by {top.binding}) serves {ratio:.2f}x {best_base.name} "
                             f"({best_base.max_rate:.3g} req/s); keep prefill and decode together")
-    return found, verdicts
+    return found, verdicts, _pareto(points)
 
 
 def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit):
@@ -423,7 +436,7 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
     up, ut = unit(php, prompt_hw), unit(thw, token_hw)
     max_p, max_t = int(limit // up), int(limit // ut)
     if max_p < 1 or max_t < 1:
-        return None
+        return None, []
     probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=sr.tp, count=1),
                       token=Pool(hardware=token_hw, tp=sr.tp, count=1, power_cap=cap))
     # per-machine capacities from single-pool evaluations with many machines on the other side
@@ -443,9 +456,19 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
         rate = min(prompt_rate[n_p - 1], token_one * n_t)
         if rate > best_rate:
             best, best_rate = (n_p, n_t), rate
+    # every split within the budget, for the throughput / cost / power Pareto front
+    n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
+    within = n_p * up + n_t * ut <= limit * (1 + 1e-9)
+    rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
+    cost = sr.tp * (n_p * usd_per_h.get(prompt_hw, np.nan) + n_t * usd_per_h.get(token_hw, np.nan))
+    power = sr.tp * (n_p * php.power.tdp.value + n_t * thw.power.tdp.value)
+    front = pareto_front(-rate[within], cost[within], power[within])
+    points = list(dict(pair=f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else ""),
+                       prompt=int(n_p[within][i]), token=int(n_t[within][i]), req_per_s=float(rate[within][i]),
+                       usd_per_h=float(cost[within][i]), power_w=float(power[within][i])) for i in front)
     if best is None:
-        return None
+        return None, points
     tag = f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "")
     return Candidate(name=f"best {tag} ({best[0]}P+{best[1]}T)",
                      prompt=Pool(hardware=prompt_hw, tp=sr.tp, count=best[0]),
-                     token=Pool(hardware=token_hw, tp=sr.tp, count=best[1], power_cap=cap))
+                     token=Pool(hardware=token_hw, tp=sr.tp, count=best[1], power_cap=cap)), points
