@@ -195,23 +195,38 @@ def whatif(
 @app.command()
 @_guard
 def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
-         json_out: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+         plot: str | None = typer.Option(None, "--plot", help="Also draw the result into this image file "
+                                         "(needs matplotlib: pip install 'planner[plot]').")) -> None:
     """Plan a scenario: the cheapest deployment meeting its SLOs (and the simulator's check)."""
     from planner.report import print_json
     from planner.run import run_scenario
     from planner.scenario import load_scenario
 
-    result = run_scenario(load_scenario(scenario))
+    scn = load_scenario(scenario)
+    if plot:
+        from planner.plots import _pyplot
+
+        _pyplot()                       # fail fast, before the work, if matplotlib is missing
+    result = run_scenario(scn)
     if json_out:
         print_json(result.model_dump(mode="json"))
     elif result.design == "splitwise":
         from planner.plan_report import print_splitwise
 
         print_splitwise(result)
+    elif result.design == "polca":
+        from planner.plan_report import print_polca
+
+        print_polca(result)
     else:
         from planner.plan_report import print_plan
 
         print_plan(result)
+    if plot:
+        from planner.plots import plot_result
+
+        plot_result(result, plot)
 
 
 @app.command()

@@ -86,3 +86,21 @@ def print_splitwise(r) -> None:
     slo = r.slo
     out.print("SLOs: " + "; ".join(f"{m}.{p} <= {si(v, 's')}" for m in ("ttft_s", "tpot_s", "e2e_s")
                                    for p, v in getattr(slo, m).items()))
+
+
+def print_polca(r) -> None:
+    t = Table(title=f"{r.scenario}: {r.model} on {r.hardware}, row budget {si(r.budget_w, 'W')}; diurnal peak "
+                    f"{r.peak_rate_per_server:.3g} req/s per server (capacity {r.server_capacity_rate:.3g})")
+    for col in ("extra", "servers", "uncapped peak", "capped peak", "brakes", "cap events", "capped time",
+                "mean cap", "HP P50 impact", "HP P99 impact", "LP thr. loss", "ok"):
+        t.add_column(col)
+    for lv in r.levels:
+        t.add_row(f"{lv.oversubscription:.0%}", str(lv.servers), f"{lv.peak_power_fraction:.1%}",
+                  f"{lv.capped_peak_fraction:.1%}", str(lv.brake_events), str(lv.capping_events),
+                  f"{lv.capped_time_fraction:.1%}", si(lv.mean_capping_s, "s"), f"{lv.hp_p50_impact:.2%}",
+                  f"{lv.hp_p99_impact:.2%}", f"{lv.lp_throughput_loss:.2%}", "yes" if lv.meets_criteria else "no")
+    out.print(t)
+    out.print(f"[bold]{r.extra_servers} more servers ({r.extra_servers_fraction:.0%}) fit the row's power budget "
+              "with no power-brake event and the performance limits met[/]")
+    for n in r.notes:
+        out.print(f"[yellow]note:[/] {n}")

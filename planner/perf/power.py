@@ -57,3 +57,16 @@ def apply_power_cap(hw: HardwareProfile, cap_fraction: float) -> HardwareProfile
     peaks = {k: v.model_copy(update={"value": v.value * f, "note": note}) for k, v in hw.peak_flops.items()}
     power = hw.power.model_copy(update={"tdp": hw.power.tdp.model_copy(update={"value": cap_w, "note": note})})
     return hw.model_copy(update={"name": f"{hw.name}@{cap_fraction:.0%}", "peak_flops": peaks, "power": power})
+
+
+def apply_clock(hw: HardwareProfile, clock_fraction: float) -> HardwareProfile:
+    """The profile with its core clock locked at ``clock_fraction`` of maximum: compute peaks scale
+    with the clock, HBM and links do not; busy power above idle scales with the cube of the clock
+    (``capped_clock_fraction``'s law, inverted), so capping never raises power nor speeds anything."""
+    if not 0 < clock_fraction <= 1:
+        raise InputError(f"clock fraction must be in (0, 1], got {clock_fraction}")
+    if clock_fraction == 1:
+        return hw
+    idle, tdp = hw.power.idle.value, hw.power.tdp.value
+    cap_w = idle + (tdp - idle) * clock_fraction**3
+    return apply_power_cap(hw, cap_w / tdp)

@@ -1,0 +1,57 @@
+"""Plots for `planner plan --plot FILE` (matplotlib, optional extra, imported lazily)."""
+
+from __future__ import annotations
+
+from planner.errors import InputError
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("plots need matplotlib: pip install 'planner[plot]'") from None
+    return plt
+
+
+def plot_result(result, path: str) -> None:
+    """Draw the figure that fits the result's design into ``path`` (PNG, PDF or SVG)."""
+    plt = _pyplot()
+    if result.design == "polca":
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        s = result.power_series
+        a.plot(s["hour"], [p / 1e3 for p in s["row_power_w"]], label="row power (hourly max)")
+        a.axhline(result.budget_w / 1e3, color="k", linestyle="--", label="budget")
+        a.set_xlabel("hour")
+        a.set_ylabel("kW")
+        a.legend()
+        x = [lv.oversubscription * 100 for lv in result.levels]
+        b.plot(x, [lv.hp_p50_impact * 100 for lv in result.levels], marker="o", label="HP P50 latency impact %")
+        b.plot(x, [lv.lp_throughput_loss * 100 for lv in result.levels], marker="s", label="LP throughput loss %")
+        b.plot(x, [lv.capped_time_fraction * 100 for lv in result.levels], marker="^", label="time capped %")
+        b.set_xlabel("extra servers %")
+        b.legend()
+    elif result.design == "splitwise":
+        fig, a = plt.subplots(figsize=(7, 4))
+        for row in result.rows:
+            a.scatter(row.usd_per_h, row.max_rate, label=row.name)
+        if result.pareto:
+            a.plot([p["usd_per_h"] for p in result.pareto], [p["req_per_s"] for p in result.pareto], "k.", ms=3,
+                   label="searched Pareto front")
+        a.set_xlabel("$/h")
+        a.set_ylabel("requests/s meeting the SLOs")
+        a.legend(fontsize=7)
+    else:
+        fig, a = plt.subplots(figsize=(7, 4))
+        ds = [result.best, *result.alternatives]
+        a.scatter([d.usd_per_million_output_tokens for d in ds], [d.tpot_s["p90"] * 1e3 for d in ds])
+        for d in ds:
+            a.annotate(f"{d.hardware} tp{d.tp} {d.weight_dtype}", (d.usd_per_million_output_tokens,
+                                                                    d.tpot_s["p90"] * 1e3), fontsize=7)
+        a.set_xlabel("$ per million output tokens")
+        a.set_ylabel("TPOT P90 (ms)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
