@@ -57,12 +57,13 @@ def print_plan(r: PlanResult) -> None:
 def print_splitwise(r) -> None:
     """Comparison table of a Splitwise scenario (every baseline and design at its max SLO rate)."""
     t = Table(title=f"{r.scenario}: {r.model}, largest request rate meeting the SLOs")
-    for col in ("design", "machines", "accel.", "req/s", "out tok/s", "$/h", "power (prov.)", "TTFT p90",
-                "TPOT p90", "binding"):
+    for col in ("design", "machines", "accel.", "req/s", "out tok/s", "$/h", "power (prov.)", "avg power",
+                "tok/J", "TTFT p90", "TPOT p90", "binding"):
         t.add_column(col)
     for row in r.rows:
         t.add_row(row.name, row.machines, str(row.accelerators), f"{row.max_rate:.3g}",
                   f"{row.output_tokens_per_s:,.0f}", f"{row.usd_per_h:,.0f}", si(row.provisioned_power_w, "W"),
+                  si(row.avg_power_w, "W"), f"{row.output_tokens_per_joule:.3g}",
                   si(row.ttft_s.get("p90", float("nan")), "s"), si(row.tpot_s.get("p90", float("nan")), "s"),
                   row.binding)
     out.print(t)

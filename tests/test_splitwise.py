@@ -121,3 +121,9 @@ def test_pareto_front_is_non_dominated(iso_cost):
                         and b["power_w"] <= a["power_w"] and b != a
                         and (b["req_per_s"] > a["req_per_s"] or b["usd_per_h"] < a["usd_per_h"]
                              or b["power_w"] < a["power_w"]))
+
+
+def test_energy_is_reported_and_physical(iso_power):
+    for row in iso_power["rows"]:
+        assert 0 < row["avg_power_w"] <= row["provisioned_power_w"]
+        assert row["output_tokens_per_joule"] > 0

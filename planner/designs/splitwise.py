@@ -114,6 +114,8 @@ class PoolMetrics(BaseModel):
     output_tokens_per_s: float
     usd_per_h: float
     provisioned_power_w: float       # accelerators x (capped) TDP
+    avg_power_w: float = float("nan")  # accelerators' draw at the max SLO-meeting rate
+    output_tokens_per_joule: float = float("nan")
     ttft_s: dict[str, float]
     tpot_s: dict[str, float]
     e2e_s: dict[str, float]
@@ -188,8 +190,9 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
     ok, named = _check(slo, m, len(rates))
     ok &= np.isfinite(m["ttft_s"]["mean"])
     rate, i, binding = _max_rate(rates, ok, named, [])
+    watts = b.pool.count * _devices(b.pool) * float(at_rates(c, c.power_w, rate / b.pool.count)) if i >= 0 else np.nan
     return _metrics(b.name, "colocated", f"{b.pool.count} x {hw.name} tp{b.pool.tp}", b.pool.count * _devices(b.pool),
-                    rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw))
+                    rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw), watts)
 
 
 def _devices(p: Pool) -> int:
@@ -206,11 +209,13 @@ def _power(p: Pool, hw: HardwareProfile) -> float:
     return p.count * _devices(p) * hw.power.tdp.value
 
 
-def _metrics(name, kind, machines, accelerators, rate, stats, m, i, binding, usd, power) -> PoolMetrics:
+def _metrics(name, kind, machines, accelerators, rate, stats, m, i, binding, usd, power,
+             avg_w=float("nan")) -> PoolMetrics:
     pick = (lambda d: {p: float(v[i]) for p, v in d.items()}) if i >= 0 else (lambda d: {p: float("nan") for p in d})
     return PoolMetrics(name=name, kind=kind, machines=machines, accelerators=accelerators, max_rate=rate,
                        output_tokens_per_s=rate * stats.mean_output, usd_per_h=usd, provisioned_power_w=power,
-                       ttft_s=pick(m["ttft_s"]), tpot_s=pick(m["tpot_s"]), e2e_s=pick(m["e2e_s"]), binding=binding)
+                       ttft_s=pick(m["ttft_s"]), tpot_s=pick(m["tpot_s"]), e2e_s=pick(m["e2e_s"]), binding=binding,
+                       avg_power_w=avg_w, output_tokens_per_joule=rate * stats.mean_output / avg_w)
 
 
 def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProfile, token_hw: HardwareProfile,
@@ -245,7 +250,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
     q = (np.arange(48) + 0.5) / 48
     support = weighted_quantile(pre_len, w, q)
-    s = iteration(model, php, play, dtypes, 0.0, 16.0, support, support).time_s
+    pre_it = iteration(model, php, play, dtypes, 0.0, 16.0, support, support)
+    s, pre_w = pre_it.time_s, float(np.mean(pre_it.power_w))
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
     es, es2 = float(s.mean()), float((s**2).mean())
     cs2 = es2 / es**2 - 1
@@ -290,12 +296,17 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
              ("kv_transfer_bandwidth (prompt NIC)", rates / d.prompt.count * mean_bytes < bw),
              ("kv_transfer_bandwidth (token NIC)", rates / d.token.count * mean_bytes < bw)]
     rate, idx, binding = _max_rate(rates, ok, named, extra)
+    watts = np.nan
+    if idx >= 0:   # prompt machines busy a fraction rho at prefill power, token machines at their decode power
+        p_idle = php.power.idle.value
+        watts = (d.prompt.count * _devices(d.prompt) * (p_idle + float(rho[idx]) * (pre_w - p_idle))
+                 + d.token.count * _devices(d.token) * float(at_rates(c, c.power_w, rate / d.token.count)))
     machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp} (prompt) + {d.token.count} x {thw.name} "
                 f"tp{d.token.tp} (token)")
     acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
     power = _power(d.prompt, php) + _power(d.token, thw)
-    return _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power)
+    return _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
 
 
 class SplitwiseResult(BaseModel):
