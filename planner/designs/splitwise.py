@@ -285,7 +285,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
         sq = float(np.quantile(s, qv))
         ttft[k] = wq + sq
         xq = float(np.quantile(xfer, qv))
-        e2e[k] = ttft["mean"] + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
+        first = ttft[k] if k == "p50" else ttft["mean"]     # as in serving.queueing
+        e2e[k] = first + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
     e2e["mean"] = ttft["mean"] + float(xfer.mean()) + kv_wait + (stats.mean_output - 1) * tpot["mean"]
     m = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
     ok, named = _check(slo, m, len(rates))

@@ -43,7 +43,8 @@ from planner.serving.batching import Engine, iteration
 from planner.serving.slo import PERCENTILES, SLO
 from planner.serving.workload import LengthStats
 
-GRID = 40
+GRID = 48
+N_LIGHT = 0.02   # lightest mean decode batch on the curve
 _Z = {"p50": 0.0, "p90": float(ndtri(0.9)), "p99": float(ndtri(0.99))}
 _QV = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
@@ -109,8 +110,10 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     """Steady-state metrics of each candidate layout on a grid of decode batch sizes."""
     n_max, limit = max_decode_batch(model, hw, lay, dtypes, engine, stats)
     n_max = np.atleast_1d(n_max)
+    # mean decode batch from N_LIGHT (an instance idle most of the time) up to n_max
     frac = np.linspace(0.0, 1.0, grid)[None, :]
-    n = np.where(n_max[:, None] >= 1, np.maximum(n_max[:, None], 1.0) ** frac, np.nan)   # 1 .. n_max
+    top = np.maximum(n_max[:, None], 1.0)
+    n = np.where(n_max[:, None] >= 1, N_LIGHT * (top / N_LIGHT) ** frac, np.nan)
     L = Layout.of(*(np.atleast_1d(x)[:, None] for x in (lay.tp, lay.ep, lay.pp)))
     I, O, Lp, ctx = stats.mean_prefill, stats.mean_output, stats.mean_prompt_len, stats.mean_decode_ctx  # noqa: E741
     p = n * I / O                              # prompt tokens per iteration, on average
@@ -120,7 +123,9 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
     chunk = np.minimum(np.maximum(C - n, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
     n_with_chunk = n if engine.chunked_prefill else 0 * n
-    it = iteration(model, hw, L, dtypes, np.concatenate([n, n_with_chunk], 1), ctx,
+    busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
+    n_with_chunk = np.maximum(n_with_chunk, 1.0) if engine.chunked_prefill else n_with_chunk
+    it = iteration(model, hw, L, dtypes, np.concatenate([busy_n, n_with_chunk], 1), ctx,
                    np.concatenate([0 * n, chunk], 1), Lp)
     t_dec, t_chunk = np.split(it.time_s, 2, axis=1)
     p_dec, p_chunk = np.split(it.power_w, 2, axis=1)
@@ -128,6 +133,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     tpot = t_dec + p * marginal
     mu = chunk / t_chunk                       # prompt tokens/s while the prefill queue is busy
     power = (p_dec * t_dec + p_chunk * p * marginal) / tpot
+    idle = hw.power.idle.value
+    power = idle + (power - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
     rate = n / (O * tpot)
     rho = rate * I / mu
     s_mean = I / mu
@@ -149,7 +156,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
         ttft[k] = w_q + pq / mu + tpot
         tpot_q[k] = tpot + _Z[k] * sd_tpot
-        e2e[k] = ttft["mean"] + (oq - 1) * tpot_q[k]
+        # the median request: median TTFT and median output; tails: mean TTFT plus the output tail
+        e2e[k] = (ttft[k] if k == "p50" else ttft["mean"]) + (oq - 1) * tpot_q[k]
     e2e["mean"] = ttft["mean"] + (O - 1) * tpot
     devices = np.atleast_1d(lay.devices)
     return Curve(n, rate, tpot_q, ttft, e2e, rho, wait, power, np.maximum(p_chunk, p_dec), mu, n_max,
