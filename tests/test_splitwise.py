@@ -89,7 +89,7 @@ def test_disaggregation_does_not_pay_for_tiny_prompts_on_a_slow_link():
     slo = SLO(ttft_s=Target(p90=0.5), tpot_s=Target(p90=0.05))
     spec = SplitwiseSpec(
         link_gbps=1.0, baselines=[{"name": "Colocated-H100", "pool": {"hardware": "h100-sxm", "tp": 1, "count": 8}}],
-        search=SplitSearch(pairs=[("h100-sxm", "h100-sxm")], budget="machines", of_baseline="Colocated-H100", tp=1))
+        search=SplitSearch(pairs=[("h100-sxm", "h100-sxm")], budget="machines", of_baseline="Colocated-H100", tp=[1]))
     r = plan_splitwise(m, spec, w, slo, Engine(), {}, "tiny-prompts")
     assert any("does not pay" in v for v in r.verdicts), r.verdicts
 
@@ -127,3 +127,15 @@ def test_energy_is_reported_and_physical(iso_power):
     for row in iso_power["rows"]:
         assert 0 < row["avg_power_w"] <= row["provisioned_power_w"]
         assert row["output_tokens_per_joule"] > 0
+
+
+def test_min_budget_for_a_target_rate():
+    scn = load_scenario(ROOT / "scenarios/splitwise-iso-cost-conv.yaml")
+    search = scn.design.search.model_copy(update={"objective": "min_budget", "target_rate": 40.0,
+                                                  "pairs": [("h100-sxm", "a100-80g")]})
+    spec = scn.design.model_copy(update={"search": search, "designs": []})
+    r = plan_splitwise(planner.model(scn.model), spec, scn.workload, scn.slo, scn.engine, scn.cost.usd_per_h, "t")
+    best = [row for row in r.rows if row.name.startswith("best ")]
+    assert best and best[0].max_rate >= 40.0 * 0.98
+    h100 = next(row for row in r.rows if row.name == "Baseline-H100")
+    assert best[0].usd_per_h < h100.usd_per_h            # serving 40 req/s costs less than the 40-machine baseline

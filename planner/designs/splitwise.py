@@ -27,7 +27,7 @@ from planner.catalog.frameworks import framework as get_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, InputError
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
@@ -84,7 +84,11 @@ class SplitSearch(_Frozen):
     budget: Literal["cost", "power", "machines"] = "cost"
     of_baseline: str | None = Field(None, description="take the budget from this baseline")
     limit: float | None = Field(None, gt=0, description="explicit budget: $/h, W or machines")
-    tp: int = 8
+    objective: Literal["max_throughput", "min_budget"] = Field(
+        "max_throughput", description="most requests/s within the budget, or the least budget (cost, power or "
+        "machines) that serves target_rate")
+    target_rate: float | None = Field(None, gt=0, description="requests/s to serve (objective min_budget)")
+    tp: list[int] = Field([8], min_length=1, description="TP degrees to try for each pool")
 
 
 class SplitwiseSpec(_Frozen):
@@ -412,19 +416,21 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
         if base is None:
             raise InfeasibleError(f"search.of_baseline {sr.of_baseline!r} is not one of the baselines")
         limit = {"cost": base.usd_per_h, "power": base.provisioned_power_w,
-                 "machines": base.accelerators / sr.tp}[sr.budget]
+                 "machines": base.accelerators / 8}[sr.budget]
     if limit is None:
         raise InfeasibleError("search needs a budget: give search.limit or search.of_baseline")
     found, verdicts, points = [], [], []
     for prompt_hw, token_hw in sr.pairs:
         for cap in sr.token_power_caps:
-            best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap,
-                                    sr, limit)
-            points += pts
-            if best is None:
-                verdicts.append(f"{prompt_hw}+{token_hw}: no split within the budget meets the SLOs")
-                continue
-            found.append(best)
+            for tp_p in sr.tp:
+                for tp_t in sr.tp:
+                    best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw,
+                                            token_hw, cap, sr, limit, tp_p, tp_t)
+                    points += pts
+                    if best is not None:
+                        found.append(best)
+    if not found:
+        verdicts.append("no split of the searched pairs within the budget meets the SLOs")
     best_base = max(baselines, key=lambda b: b.max_rate, default=None)
     if best_base is not None and found:
         evals = [(evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h), d) for d in found]
@@ -440,17 +446,23 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
     return found, verdicts, _pareto(points)
 
 
-def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit):
+def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit,
+                tp_p, tp_t):
     php, thw = _hw(prompt_hw, spec.framework), _hw(token_hw, spec.framework, cap)
-    unit = {"cost": lambda hw, name: sr.tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
-            "power": lambda hw, name: sr.tp * hw.power.tdp.value,
-            "machines": lambda hw, name: 1.0}[sr.budget]
-    up, ut = unit(php, prompt_hw), unit(thw, token_hw)
+    unit = {"cost": lambda hw, name, tp: tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
+            "power": lambda hw, name, tp: tp * hw.power.tdp.value,
+            "machines": lambda hw, name, tp: tp / 8}[sr.budget]     # machines of 8 accelerators
+    up, ut = unit(php, prompt_hw, tp_p), unit(thw, token_hw, tp_t)
     max_p, max_t = int(limit // up), int(limit // ut)
     if max_p < 1 or max_t < 1:
         return None, []
-    probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=sr.tp, count=1),
-                      token=Pool(hardware=token_hw, tp=sr.tp, count=1, power_cap=cap))
+    probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=tp_p, count=1),
+                      token=Pool(hardware=token_hw, tp=tp_t, count=1, power_cap=cap))
+    try:
+        check_layout(model, Layout.of(tp_p, 1, 1))
+        check_layout(model, Layout.of(tp_t, 1, 1))
+    except InputError:
+        return None, []
     # per-machine capacities from single-pool evaluations with many machines on the other side
     big = max(max_p, max_t) * 4
     prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
@@ -461,26 +473,35 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
         "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
         usd_per_h).max_rate
     best, best_rate = None, 0.0
-    for n_p in range(1, max_p + 1):
-        n_t = int((limit - n_p * up) // ut)
-        if n_t < 1:
-            break
-        rate = min(prompt_rate[n_p - 1], token_one * n_t)
-        if rate > best_rate:
-            best, best_rate = (n_p, n_t), rate
+    if sr.objective == "min_budget":       # cheapest split (in the budget's unit) that serves target_rate
+        if sr.target_rate is None:
+            raise InputError("search.objective min_budget needs search.target_rate")
+        enough = np.flatnonzero(prompt_rate >= sr.target_rate)
+        n_t = int(np.ceil(sr.target_rate / token_one)) if token_one > 0 else 0
+        if enough.size and n_t >= 1 and (enough[0] + 1) * up + n_t * ut <= limit * (1 + 1e-9):
+            best, best_rate = (int(enough[0]) + 1, n_t), sr.target_rate
+    else:
+        for n_p in range(1, max_p + 1):
+            n_t = int((limit - n_p * up) // ut)
+            if n_t < 1:
+                break
+            rate = min(prompt_rate[n_p - 1], token_one * n_t)
+            if rate > best_rate:
+                best, best_rate = (n_p, n_t), rate
     # every split within the budget, for the throughput / cost / power Pareto front
     n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
     within = n_p * up + n_t * ut <= limit * (1 + 1e-9)
     rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
-    cost = sr.tp * (n_p * usd_per_h.get(prompt_hw, np.nan) + n_t * usd_per_h.get(token_hw, np.nan))
-    power = sr.tp * (n_p * php.power.tdp.value + n_t * thw.power.tdp.value)
+    cost = tp_p * n_p * usd_per_h.get(prompt_hw, np.nan) + tp_t * n_t * usd_per_h.get(token_hw, np.nan)
+    power = tp_p * n_p * php.power.tdp.value + tp_t * n_t * thw.power.tdp.value
     front = pareto_front(-rate[within], cost[within], power[within])
-    points = list(dict(pair=f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else ""),
+    points = list(dict(pair=f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "") + f" tp{tp_p}/{tp_t}",
                        prompt=int(n_p[within][i]), token=int(n_t[within][i]), req_per_s=float(rate[within][i]),
                        usd_per_h=float(cost[within][i]), power_w=float(power[within][i])) for i in front)
     if best is None:
         return None, points
     tag = f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "")
-    return Candidate(name=f"best {tag} ({best[0]}P+{best[1]}T)",
-                     prompt=Pool(hardware=prompt_hw, tp=sr.tp, count=best[0]),
-                     token=Pool(hardware=token_hw, tp=sr.tp, count=best[1], power_cap=cap)), points
+    tps = "" if (tp_p, tp_t) == (8, 8) else f" tp{tp_p}/tp{tp_t}"
+    return Candidate(name=f"best {tag}{tps} ({best[0]}P+{best[1]}T)",
+                     prompt=Pool(hardware=prompt_hw, tp=tp_p, count=best[0]),
+                     token=Pool(hardware=token_hw, tp=tp_t, count=best[1], power_cap=cap)), points
