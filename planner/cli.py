@@ -219,6 +219,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_polca
 
         print_polca(result)
+    elif result.design == "prfaas":
+        from planner.plan_report import print_prfaas
+
+        print_prfaas(result)
     else:
         from planner.plan_report import print_plan
 

@@ -105,3 +105,45 @@ def print_polca(r) -> None:
               "with no power-brake event and the performance limits met[/]")
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")
+
+
+def print_prfaas(r) -> None:
+    t = Table(title=f"{r.scenario}: {r.model} (KV {r.kv_bytes_per_token:,} B/token + "
+                    f"{r.state_bytes_per_request / 2**20:.0f} MiB state per request)")
+    for col in ("system", "threshold", "Np / Nd / Nremote", "max req/s", "offloaded", "link", "TTFT mean / P90",
+                "queued TTFT mean / P90", "accel.", "$/h"):
+        t.add_column(col)
+    for s in r.systems:
+        thr = f"{s.threshold_tokens / 1e3:.1f}K" if s.threshold_tokens is not None else "-"
+        t.add_row(s.name, thr, f"{s.prefill_instances} / {s.decode_instances} / {s.remote_instances}",
+                  f"{s.max_rate:.3g}", f"{s.offload_fraction:.1%}",
+                  f"{s.link_gbps:.1f} Gb/s ({s.link_utilization:.0%})",
+                  f"{si(s.ttft_s['mean'], 's')} / {si(s.ttft_s['p90'], 's')}",
+                  f"{si(s.ttft_queued_s['mean'], 's')} / {si(s.ttft_queued_s['p90'], 's')}",
+                  str(s.accelerators), f"{s.usd_per_h:,.0f}")
+    out.print(t)
+    g = r.gains
+    out.print(f"[bold]PrfaaS vs homogeneous PD: {g['throughput']:.2f}x throughput, P90 TTFT -{g['p90_ttft_reduction']:.0%}"
+              + (f", {g['equal_cost_throughput']:.2f}x at equal cost" if "equal_cost_throughput" in g else "") + "[/]")
+    if r.bandwidth_sweep:
+        s = Table(title="Link bandwidth sweep (threshold re-optimized at each bandwidth)")
+        for col in ("Gb/s", "max req/s", "vs homogeneous", "threshold", "offloaded", "link util.", "P90 TTFT"):
+            s.add_column(col)
+        for p in r.bandwidth_sweep:
+            s.add_row(f"{p['bandwidth_gbps']:g}", f"{p['max_rate']:.3g}", f"{p['throughput_gain']:.2f}x",
+                      f"{p['threshold_tokens'] / 1e3:.1f}K", f"{p['offload_fraction']:.1%}",
+                      f"{p['link_utilization']:.0%}", si(p["p90_ttft_s"], "s"))
+        out.print(s)
+    if r.counterfactual:
+        c = r.counterfactual
+        be = c["break_even_gbps"]
+        out.print(f"dense counterfactual {c['model']} ({c['kv_bytes_per_token']:,} B/token): offload pays from "
+                  + (f"{be:g} Gb/s" if be else "no swept bandwidth"))
+    if r.simulation:
+        m = r.simulation
+        out.print(f"simulator at {m.rate:.3g} req/s: TTFT mean {si(m.ttft_s['mean'], 's')} / P90 "
+                  f"{si(m.ttft_s['p90'], 's')} (analytic {si(m.analytic_ttft_queued_s['mean'], 's')} / "
+                  f"{si(m.analytic_ttft_queued_s['p90'], 's')}), offloaded {m.offload_fraction:.1%}, link "
+                  f"{m.link_gbps:.1f} Gb/s, fallbacks {m.fallback_fraction:.1%}")
+    for n in r.notes:
+        out.print(f"[yellow]note:[/] {n}")

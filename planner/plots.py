@@ -33,6 +33,20 @@ def plot_result(result, path: str) -> None:
         b.plot(x, [lv.capped_time_fraction * 100 for lv in result.levels], marker="^", label="time capped %")
         b.set_xlabel("extra servers %")
         b.legend()
+    elif result.design == "prfaas":
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        for label, sweep in (("hybrid " + result.model, result.bandwidth_sweep),
+                             *((("dense " + result.counterfactual["model"], result.counterfactual["bandwidth_sweep"]),)
+                               if result.counterfactual else ())):
+            bw = [p["bandwidth_gbps"] for p in sweep]
+            a.plot(bw, [p["throughput_gain"] for p in sweep], marker="o", label=label)
+            b.plot(bw, [p["p90_ttft_s"] for p in sweep], marker="o", label=label)
+        a.axhline(1.0, color="k", linestyle="--", linewidth=0.8)
+        for ax, ylabel in ((a, "throughput vs homogeneous PD"), (b, "P90 TTFT (s)")):
+            ax.set_xscale("log")
+            ax.set_xlabel("inter-datacenter link (Gb/s)")
+            ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
     elif result.design == "splitwise":
         fig, a = plt.subplots(figsize=(7, 4))
         for row in result.rows:

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from planner.catalog.model_catalog import model as get_model
 from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
 from planner.designs.polca import PolcaResult, plan_polca
+from planner.designs.prfaas import PrfaasResult, plan_prfaas
 from planner.designs.splitwise import SplitwiseResult, plan_splitwise
 from planner.scenario import Scenario
 from planner.serving.workload import length_stats
@@ -27,7 +28,7 @@ class PlanResult(BaseModel):
     notes: list[str] = []
 
 
-def run_scenario(scn: Scenario) -> PlanResult | SplitwiseResult | PolcaResult:
+def run_scenario(scn: Scenario) -> PlanResult | SplitwiseResult | PolcaResult | PrfaasResult:
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest
@@ -37,6 +38,8 @@ def run_scenario(scn: Scenario) -> PlanResult | SplitwiseResult | PolcaResult:
         return plan_splitwise(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost.usd_per_h, scn.name)
     if scn.design.type == "polca":
         return plan_polca(m, scn.design, scn.workload, scn.engine, scn.name)
+    if scn.design.type == "prfaas":
+        return plan_prfaas(m, scn.design, scn.workload, scn.cost.usd_per_h, scn.name)
     s = scn.search
     assert s is not None
     deployments = plan_colocated(m, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,

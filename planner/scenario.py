@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.polca import PolcaSpec
+from planner.designs.prfaas import PrfaasSpec
 from planner.designs.splitwise import SplitwiseSpec
 from planner.errors import InputError, PlannerError
 from planner.perf.cost import CostModel
@@ -78,7 +79,7 @@ class SimulateSpec(_Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec, Field(discriminator="type")]
+Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec, Field(discriminator="type")]
 
 
 class Scenario(_Frozen):

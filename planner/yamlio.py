@@ -54,7 +54,7 @@ def _walk(node: yaml.Node, prefix: tuple[str, ...], lines: Lines) -> None:
 def validation_error(path: Path | str, err: ValidationError, lines: Lines, model: type[BaseModel]) -> InputError:
     """One-line ``InputError`` for the first problem pydantic found, located in the file."""
     e = err.errors()[0]
-    loc = tuple(str(p) for p in e["loc"])
+    loc = _file_path(tuple(str(p) for p in e["loc"]), lines)
     line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
     field = ".".join(loc) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
@@ -67,6 +67,17 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
         msg = f"{msg}, got {e['input']!r}"
     where = f"{path}:{line}" if line else str(path)
     return InputError(f"{where} {field}: {msg}")
+
+
+def _file_path(loc: tuple[str, ...], lines: Lines) -> tuple[str, ...]:
+    """Drop the parts of a pydantic location the file does not contain (union discriminator tags,
+    e.g. ``design.prfaas.link`` -> ``design.link``)."""
+    out: tuple[str, ...] = ()
+    for i, part in enumerate(loc):
+        if (*out, part) not in lines and i + 1 < len(loc) and (*out, loc[i + 1]) in lines:
+            continue
+        out = (*out, part)
+    return out
 
 
 def _field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:

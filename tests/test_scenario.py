@@ -30,11 +30,12 @@ def test_plan_json_meets_slos_and_simulator_confirms():
 
 @pytest.mark.parametrize("name", ["chat-h100", "rag-longctx-mi300x", "deepseek-v3-cloudmatrix",
                                   "splitwise-iso-power-conv", "splitwise-iso-cost-conv", "splitwise-iso-power-code",
-                                  "splitwise-iso-cost-code", "polca-row-a100"])
+                                  "splitwise-iso-cost-code", "polca-row-a100", "prfaas-case-study"])
 def test_bundled_scenarios_plan(name):
     r = runner.invoke(app, ["plan", str(ROOT / f"scenarios/{name}.yaml")])
     assert r.exit_code == 0, r.output
-    assert any(k in r.stdout for k in ("cheapest", "largest request rate meeting the SLOs", "more servers"))
+    assert any(k in r.stdout for k in ("cheapest", "largest request rate meeting the SLOs", "more servers",
+                                       "PrfaaS vs homogeneous PD"))
 
 
 def test_schema_is_json():

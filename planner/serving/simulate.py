@@ -308,23 +308,36 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
     emits the first token; ``transfer_s(prompt_tokens, prefill_s)`` gives the exposed KV-transfer
     delay; token instances, taken in turn as KV caches arrive, decode the requests once their
     KV fits (waiting for space otherwise)."""
-    import heapq
-
     (php, play, n_prompt), (thw, tlay, n_token) = prompt, token
     order = np.argsort(arrival_s, kind="stable")
     arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
     pre_tokens = np.maximum(np.round(input_len * (1 - prefix_hit)), 1)
     uniq, inv = np.unique(pre_tokens, return_inverse=True)
     service = iteration(model, php, play, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
-    free = [0.0] * n_prompt
-    heapq.heapify(free)
-    prefill_done = np.empty(len(arrival_s))
-    for k, (a, s) in enumerate(zip(arrival_s, service, strict=True)):
-        start = max(a, heapq.heappop(free))
-        prefill_done[k] = start + s
-        heapq.heappush(free, prefill_done[k])
+    prefill_done = fcfs_servers(arrival_s, service, n_prompt)
     ready = prefill_done + np.asarray(transfer_s(pre_tokens, service), dtype=float)
     ttft = prefill_done - arrival_s
+    return _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len, output_len, ready,
+                        prefill_done, ttft, prefix_hit, warmup_frac)
+
+
+def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int) -> np.ndarray:
+    """Completion times of jobs served FCFS, in arrival order, by the first free of ``servers``."""
+    import heapq
+
+    free = [0.0] * servers
+    heapq.heapify(free)
+    done = np.empty(len(arrival_s))
+    for k, (a, s) in enumerate(zip(arrival_s, service_s, strict=True)):
+        done[k] = max(a, heapq.heappop(free)) + s
+        heapq.heappush(free, done[k])
+    return done
+
+
+def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len, output_len, ready, first_token,
+                 ttft, prefix_hit, warmup_frac) -> SimResult:
+    """Token instances (taken in turn as KV caches arrive) decode requests whose first token was made
+    elsewhere at ``first_token`` and whose KV is in place at ``ready``."""
     free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes)
     longest = int(np.max(input_len + output_len))
     if longest * per_tok + state > free_kv:
@@ -346,7 +359,65 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
         iters += it
     keep = np.isfinite(done) & (arrival_s >= arrival_s[0] + warmup_frac * (arrival_s[-1] - arrival_s[0]))
     o = output_len[keep]
-    tpot = np.where(o > 1, (done[keep] - prefill_done[keep]) / np.maximum(o - 1, 1), 0.0)
+    tpot = np.where(o > 1, (done[keep] - first_token[keep]) / np.maximum(o - 1, 1), 0.0)
     span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
     return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters,
                      _steady_throughput(arrival_s, done, warmup_frac))
+
+
+def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfile, Layout, int],
+                            remote_prefill: tuple[HardwareProfile, Layout, int],
+                            decode: tuple[HardwareProfile, Layout, int], dtypes: DTypes, engine: Engine,
+                            arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, *,
+                            threshold: float, kv_bytes: np.ndarray, link_bytes_per_s: float, rtt_s: float,
+                            bandwidth_cv: float, max_link_wait_s: float, local_hit: float = 0.0,
+                            remote_hit: float = 0.0, seed: int = 0, warmup_frac: float = 0.1) -> tuple[SimResult, dict]:
+    """Prefill-as-a-Service: prompts longer than ``threshold`` are prefilled remotely and their KV
+    crosses one FCFS link whose bandwidth fluctuates per transfer (log-normal, ``bandwidth_cv``);
+    a long request falls back to local prefill when the link's backlog exceeds ``max_link_wait_s``
+    (bandwidth-aware admission). Returns the result and link statistics."""
+    rng = np.random.default_rng(seed)
+    order = np.argsort(arrival_s, kind="stable")
+    arrival_s, input_len, output_len, kv_bytes = arrival_s[order], input_len[order], output_len[order], kv_bytes[order]
+    (lhw, llay, n_local), (rhw, rlay, n_remote), (dhw, dlay, n_dec) = local_prefill, remote_prefill, decode
+
+    def service(hw, lay, hit, lengths):
+        tokens = np.maximum(np.round(lengths * (1 - hit)), 1)
+        uniq, inv = np.unique(tokens, return_inverse=True)
+        return iteration(model, hw, lay, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
+
+    s_local, s_remote = service(lhw, llay, local_hit, input_len), service(rhw, rlay, remote_hit, input_len)
+    sigma = np.sqrt(np.log1p(bandwidth_cv**2))
+    factor = rng.lognormal(-sigma**2 / 2, sigma, len(arrival_s)) if bandwidth_cv > 0 else np.ones(len(arrival_s))
+    transfer = kv_bytes / (link_bytes_per_s * factor)
+    # route in arrival order; remote prefill and link are FCFS; admission looks at the link backlog
+    import heapq
+
+    remote_free = [0.0] * n_remote
+    heapq.heapify(remote_free)
+    link_free = 0.0
+    ready = np.empty(len(arrival_s))
+    first = np.empty(len(arrival_s))
+    is_remote = np.zeros(len(arrival_s), dtype=bool)
+    local_idx = []
+    for k in range(len(arrival_s)):
+        if input_len[k] > threshold:
+            start = max(arrival_s[k], remote_free[0])
+            done = start + s_remote[k]
+            if max(link_free - done, 0.0) <= max_link_wait_s:
+                heapq.heapreplace(remote_free, done)
+                link_free = max(link_free, done) + transfer[k]
+                first[k], ready[k], is_remote[k] = done, link_free + rtt_s, True
+                continue
+        local_idx.append(k)
+    local_idx = np.asarray(local_idx, dtype=np.int64)
+    done_local = fcfs_servers(arrival_s[local_idx], s_local[local_idx], n_local)
+    first[local_idx] = done_local
+    ready[local_idx] = done_local
+    ttft = ready - arrival_s          # remote requests' first token waits for their KV to arrive
+    res = _decode_pool(model, dhw, dlay, n_dec, dtypes, engine, arrival_s, input_len, output_len, ready, first, ttft,
+                       0.0, warmup_frac)
+    span = float(arrival_s[-1] - arrival_s[0]) or 1.0
+    stats = {"offload_fraction": float(is_remote.mean()), "link_gbps": float(kv_bytes[is_remote].sum() * 8 / 1e9 / span),
+             "fallback_fraction": float(((input_len > threshold) & ~is_remote).mean())}
+    return res, stats

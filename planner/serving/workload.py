@@ -36,7 +36,7 @@ class Fixed(_Spec):
 
 class LogNormal(_Spec):
     """Log-normal token count given by its median and either its P90 or ``sigma`` (of ln),
-    clipped to [min, max]."""
+    clipped to [min, max], or with ``truncate`` redrawn inside it (a truncated log-normal)."""
 
     dist: Literal["lognormal"] = "lognormal"
     median: float = Field(gt=0)
@@ -44,6 +44,7 @@ class LogNormal(_Spec):
     sigma: float | None = Field(None, gt=0)
     min: int = Field(1, ge=1)
     max: int | None = Field(None, ge=1)
+    truncate: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> LogNormal:
@@ -62,14 +63,23 @@ class LogNormal(_Spec):
     def _clip(self, x: np.ndarray) -> np.ndarray:
         return np.clip(np.round(x), self.min, self.max if self.max is not None else np.inf)
 
-    def support(self) -> tuple[np.ndarray, np.ndarray]:
-        from scipy.special import ndtri
+    def _quantile(self, q: np.ndarray) -> np.ndarray:
+        from scipy.special import ndtr, ndtri
 
+        if self.truncate:   # map q into [F(min), F(max)] of the untruncated distribution
+            z = lambda x: (math.log(x) - math.log(self.median)) / self._sigma  # noqa: E731
+            lo = float(ndtr(z(self.min)))
+            hi = float(ndtr(z(self.max))) if self.max is not None else 1.0
+            q = lo + (hi - lo) * q
+        return self._clip(self.median * np.exp(self._sigma * ndtri(q)))
+
+    def support(self) -> tuple[np.ndarray, np.ndarray]:
         q = (np.arange(_SUPPORT_POINTS) + 0.5) / _SUPPORT_POINTS
-        values = self._clip(self.median * np.exp(self._sigma * ndtri(q)))
-        return values, np.full(_SUPPORT_POINTS, 1.0 / _SUPPORT_POINTS)
+        return self._quantile(q), np.full(_SUPPORT_POINTS, 1.0 / _SUPPORT_POINTS)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.truncate:
+            return self._quantile(rng.random(n)).astype(np.int64)
         return self._clip(rng.lognormal(math.log(self.median), self._sigma, n)).astype(np.int64)
 
 
