@@ -123,8 +123,9 @@ def print_prfaas(r) -> None:
                   str(s.accelerators), f"{s.usd_per_h:,.0f}")
     out.print(t)
     g = r.gains
-    out.print(f"[bold]PrfaaS vs homogeneous PD: {g['throughput']:.2f}x throughput, P90 TTFT -{g['p90_ttft_reduction']:.0%}"
-              + (f", {g['equal_cost_throughput']:.2f}x at equal cost" if "equal_cost_throughput" in g else "") + "[/]")
+    cost = f", {g['equal_cost_throughput']:.2f}x at equal cost" if "equal_cost_throughput" in g else ""
+    out.print(f"[bold]PrfaaS vs homogeneous PD: {g['throughput']:.2f}x throughput, "
+              f"P90 TTFT -{g['p90_ttft_reduction']:.0%}{cost}[/]")
     if r.bandwidth_sweep:
         s = Table(title="Link bandwidth sweep (threshold re-optimized at each bandwidth)")
         for col in ("Gb/s", "max req/s", "vs homogeneous", "threshold", "offloaded", "link util.", "P90 TTFT"):

@@ -151,8 +151,8 @@ def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: 
     c = serving_curve(model, hw, lay, dtypes, Engine(max_num_seqs=4096, max_batched_tokens=1 << 20), dstats)
     ok = np.isfinite(c.tpot["mean"][0]) & (c.tpot["mean"][0] <= tpot_bound)
     if not ok.any():
-        raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance cannot meet {1 / tpot_bound:.0f} tokens/s "
-                              f"per request even alone, or cannot hold one request's KV cache")
+        raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance cannot meet {1 / tpot_bound:.0f} "
+                              "tokens/s per request even alone, or cannot hold one request's KV cache")
     j = int(np.flatnonzero(ok)[-1])
     return float(c.n[0, j]), float(c.tpot["mean"][0, j])
 

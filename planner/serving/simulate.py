@@ -418,6 +418,7 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
     res = _decode_pool(model, dhw, dlay, n_dec, dtypes, engine, arrival_s, input_len, output_len, ready, first, ttft,
                        0.0, warmup_frac)
     span = float(arrival_s[-1] - arrival_s[0]) or 1.0
-    stats = {"offload_fraction": float(is_remote.mean()), "link_gbps": float(kv_bytes[is_remote].sum() * 8 / 1e9 / span),
+    stats = {"offload_fraction": float(is_remote.mean()),
+             "link_gbps": float(kv_bytes[is_remote].sum() * 8 / 1e9 / span),
              "fallback_fraction": float(((input_len > threshold) & ~is_remote).mean())}
     return res, stats
