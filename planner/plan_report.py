@@ -110,16 +110,16 @@ def print_polca(r) -> None:
 def print_prfaas(r) -> None:
     t = Table(title=f"{r.scenario}: {r.model} (KV {r.kv_bytes_per_token:,} B/token + "
                     f"{r.state_bytes_per_request / 2**20:.0f} MiB state per request)")
-    for col in ("system", "threshold", "Np / Nd / Nremote", "max req/s", "offloaded", "link", "TTFT mean / P90",
-                "queued TTFT mean / P90", "accel.", "$/h"):
+    for col in ("system", "threshold", "Np / Nd / Nremote", "max req/s", "offloaded", "link", "TTFT P50 / P90",
+                "queued TTFT P50 / P90", "TPOT", "accel.", "$/h"):
         t.add_column(col)
     for s in r.systems:
         thr = f"{s.threshold_tokens / 1e3:.1f}K" if s.threshold_tokens is not None else "-"
         t.add_row(s.name, thr, f"{s.prefill_instances} / {s.decode_instances} / {s.remote_instances}",
                   f"{s.max_rate:.3g}", f"{s.offload_fraction:.1%}",
                   f"{s.link_gbps:.1f} Gb/s ({s.link_utilization:.0%})",
-                  f"{si(s.ttft_s['mean'], 's')} / {si(s.ttft_s['p90'], 's')}",
-                  f"{si(s.ttft_queued_s['mean'], 's')} / {si(s.ttft_queued_s['p90'], 's')}",
+                  f"{si(s.ttft_s['p50'], 's')} / {si(s.ttft_s['p90'], 's')}",
+                  f"{si(s.ttft_queued_s['p50'], 's')} / {si(s.ttft_queued_s['p90'], 's')}", si(s.tpot_s, "s"),
                   str(s.accelerators), f"{s.usd_per_h:,.0f}")
     out.print(t)
     g = r.gains

@@ -104,8 +104,9 @@ class SystemMetrics(BaseModel):
     offload_fraction: float
     link_gbps: float                    # egress at Lambda_max
     link_utilization: float
-    ttft_s: dict[str, float]            # mean / p90, no queueing
-    ttft_queued_s: dict[str, float]     # mean / p90 at queue_load x Lambda_max
+    ttft_s: dict[str, float]            # mean / p50 / p90, no queueing
+    ttft_queued_s: dict[str, float]     # mean / p50 / p90 at queue_load x Lambda_max
+    tpot_s: float                       # decode iteration time at the largest SLO-meeting batch
     accelerators: int
     usd_per_h: float
 
@@ -272,7 +273,7 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
     prfaas = _metrics("PrfaaS-PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv, link, best_t,
                       n_prefill, n_loc - n_prefill, spec.remote.instances, float(lam[k]),
                       {"prfaas": float(th_remote[ti, 0]), "pd_prefill": float(th_p[ti, npi]),
-                       "pd_decode": float(th_d[0, npi])}, usd_per_h)
+                       "pd_decode": float(th_d[0, npi])}, usd_per_h, t_dec)
     # homogeneous PD baseline: the same local hardware, no remote cluster
     nb = spec.baseline_instances
     nbp = np.arange(1, nb)
@@ -281,17 +282,17 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
     homog = _metrics("homogeneous PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv, link,
                      None, j + 1, nb - j - 1, 0, float(lam_h[j]),
                      {"pd_prefill": float((j + 1) / (w @ t_local)), "pd_decode": float((nb - j - 1) * theta_d_inst)},
-                     usd_per_h)
+                     usd_per_h, t_dec)
     # naive heterogeneous: every prefill remote, all local instances decode
     th_all = min(spec.remote.instances / float(w @ t_remote), bw * spec.max_link_utilization / float(w @ kv))
     naive = _metrics("naive heterogeneous PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv,
                      link, 0.0, 0, n_loc, spec.remote.instances, min(th_all, n_loc * theta_d_inst),
-                     {"prfaas": th_all, "pd_decode": n_loc * theta_d_inst}, usd_per_h)
+                     {"prfaas": th_all, "pd_decode": n_loc * theta_d_inst}, usd_per_h, t_dec)
     return (prfaas, homog, naive), {"bs_max": bs_max, "t_decode": t_dec}
 
 
 def _metrics(name, spec: PrfaasSpec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv, link: Link,
-             threshold, n_p, n_d, n_r, lam, parts, usd_per_h) -> SystemMetrics:
+             threshold, n_p, n_d, n_r, lam, parts, usd_per_h, tpot: float) -> SystemMetrics:
     remote = (i > threshold) if threshold is not None else np.zeros(len(i), dtype=bool)
     p = float(w @ remote)
     ttft = np.where(remote, t_remote + xfer, t_local)
@@ -321,7 +322,8 @@ def _metrics(name, spec: PrfaasSpec, model, dtypes, workload, i, w, t_local, t_r
     return SystemMetrics(
         name=name, threshold_tokens=threshold, prefill_instances=n_p, decode_instances=n_d, remote_instances=n_r,
         max_rate=lam, throughput_parts=parts, offload_fraction=p, link_gbps=egress, link_utilization=link_util,
-        ttft_s={"mean": float(w @ ttft), "p90": q90},
-        ttft_queued_s={"mean": float(w @ queued), "p90": float(weighted_quantile(queued, w, 0.9))},
+        ttft_s={"mean": float(w @ ttft), "p50": float(weighted_quantile(ttft, w, 0.5)), "p90": q90},
+        ttft_queued_s={"mean": float(w @ queued), "p50": float(weighted_quantile(queued, w, 0.5)),
+                       "p90": float(weighted_quantile(queued, w, 0.9))}, tpot_s=tpot,
         accelerators=int(acc), usd_per_h=float(usd))
 
