@@ -197,7 +197,9 @@ def whatif(
 def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
          json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
          plot: str | None = typer.Option(None, "--plot", help="Also draw the result into this image file "
-                                         "(needs matplotlib: pip install 'planner[plot]').")) -> None:
+                                         "(needs matplotlib: pip install 'planner[plot]')."),
+         csv_out: str | None = typer.Option(None, "--csv", help="Also write the front / sweep / table as CSV."),
+         ) -> None:
     """Plan a scenario: the cheapest deployment meeting its SLOs (and the simulator's check)."""
     from planner.report import print_json
     from planner.run import run_scenario
@@ -223,6 +225,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_prfaas
 
         print_prfaas(result)
+    elif result.design == "slo-search":
+        from planner.plan_report import print_slo_search
+
+        print_slo_search(result)
     else:
         from planner.plan_report import print_plan
 
@@ -231,6 +237,38 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plots import plot_result
 
         plot_result(result, plot)
+    if csv_out:
+        from planner.export import write_csv
+
+        write_csv(result, csv_out)
+
+
+@app.command()
+@_guard
+def compare(a: str = typer.Argument(..., help="First scenario YAML."),
+            b: str = typer.Argument(..., help="Second scenario YAML."),
+            json_out: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
+    """Run two scenarios and show their headline numbers side by side."""
+    from planner.report import print_json
+    from planner.run import headline, run_scenario
+    from planner.scenario import load_scenario
+
+    heads = [headline(run_scenario(load_scenario(x))) for x in (a, b)]
+    if json_out:
+        print_json({"a": heads[0], "b": heads[1]})
+        return
+    from rich.table import Table
+
+    from planner.report import out
+
+    t = Table(title="Scenarios side by side")
+    t.add_column("")
+    t.add_column(a)
+    t.add_column(b)
+    for key in dict.fromkeys([*heads[0], *heads[1]]):
+        fmt = (lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+        t.add_row(key, fmt(heads[0].get(key, "-")), fmt(heads[1].get(key, "-")))
+    out.print(t)
 
 
 @app.command()

@@ -148,3 +148,22 @@ def print_prfaas(r) -> None:
                   f"{m.link_gbps:.1f} Gb/s, fallbacks {m.fallback_fraction:.1%}")
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")
+
+
+def print_slo_search(r) -> None:
+    t = Table(title=f"{r.scenario}: {r.model}, best per hardware and mode ({r.candidates} layouts x dtypes, "
+                    "each a full load curve)")
+    for col in ("mode", "hardware", "dtype", "layout", "out tok/s/GPU", "tok/s/user", "TTFT p90", "TPOT p90"):
+        t.add_column(col)
+    for c in r.best:
+        t.add_row(c.mode, c.hardware, c.weight_dtype, c.layout, f"{c.tokens_per_s_per_gpu:,.0f}",
+                  f"{c.tokens_per_s_per_user:.1f}", si(c.ttft_s, "s"), si(c.tpot_s, "s"))
+    out.print(t)
+    f = Table(title=f"Pareto front: throughput per GPU vs speed per user ({len(r.pareto)} points)")
+    for col in ("mode", "hardware", "dtype", "layout", "out tok/s/GPU", "tok/s/user"):
+        f.add_column(col)
+    for c in r.pareto[:15]:
+        f.add_row(c.mode, c.hardware, c.weight_dtype, c.layout, f"{c.tokens_per_s_per_gpu:,.0f}",
+                  f"{c.tokens_per_s_per_user:.1f}")
+    out.print(f)
+    out.print(f"[bold]{r.verdict}[/]")

@@ -6,15 +6,12 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
 from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
-from planner.designs.polca import PolcaResult, plan_polca
-from planner.designs.prfaas import PrfaasResult, plan_prfaas
-from planner.designs.splitwise import SplitwiseResult, plan_splitwise
 from planner.scenario import Scenario
 from planner.serving.workload import length_stats
 
 
 class PlanResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     scenario: str
     design: str
     model: str
@@ -28,18 +25,31 @@ class PlanResult(BaseModel):
     notes: list[str] = []
 
 
-def run_scenario(scn: Scenario) -> PlanResult | SplitwiseResult | PolcaResult | PrfaasResult:
+def run_scenario(scn: Scenario):
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest
     SLO-meeting rate, with cost and power ratios. POLCA: the oversubscription sweep of a row."""
     m = get_model(scn.model)
-    if scn.design.type == "splitwise":
+    if scn.design.type == "splitwise":          # each design loads only when used (CLI start-up)
+        from planner.designs.splitwise import plan_splitwise
+
         return plan_splitwise(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost.usd_per_h, scn.name)
     if scn.design.type == "polca":
+        from planner.designs.polca import plan_polca
+
         return plan_polca(m, scn.design, scn.workload, scn.engine, scn.name)
     if scn.design.type == "prfaas":
+        from planner.designs.prfaas import plan_prfaas
+
         return plan_prfaas(m, scn.design, scn.workload, scn.cost.usd_per_h, scn.name)
+    if scn.design.type == "slo-search":
+        from planner.designs.slo_search import plan_slo_search
+
+        s = scn.search
+        assert s is not None
+        return plan_slo_search(m, scn.design, scn.workload, scn.slo, scn.engine, s.hardware, s.tp, s.ep, s.pp,
+                               s.weight_dtype, s.kv_dtype, scn.name)
     s = scn.search
     assert s is not None
     deployments = plan_colocated(m, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
@@ -80,3 +90,29 @@ def _rescaled(d: Deployment, k: int) -> Deployment:
         usd_per_million_tokens=d.usd_per_million_tokens * f, avg_power_w=d.avg_power_w * f,
         peak_power_w=d.peak_power_w * f, provisioned_power_w=d.provisioned_power_w * f,
         output_tokens_per_joule=d.output_tokens_per_joule / f))
+
+
+def headline(result) -> dict:
+    """A few comparable numbers of any design's result (``planner compare``)."""
+    d = result.design
+    head = {"scenario": result.scenario, "design": d, "model": result.model}
+    if d == "colocated":
+        b = result.best
+        head |= {"deployment": f"{b.instances} x {b.hardware} tp{b.tp} {b.weight_dtype}",
+                 "accelerators": b.accelerators,
+                 "usd_per_h": b.usd_per_h, "usd_per_million_output_tokens": b.usd_per_million_output_tokens,
+                 "ttft_p90_s": b.ttft_s["p90"], "tpot_p90_s": b.tpot_s["p90"], "avg_power_w": b.avg_power_w,
+                 "output_tokens_per_joule": b.output_tokens_per_joule, "binding": b.binding}
+    elif d == "slo-search":
+        top = result.best[0]
+        head |= {"best": f"{top.mode} {top.hardware} {top.layout} {top.weight_dtype}",
+                 "tokens_per_s_per_gpu": top.tokens_per_s_per_gpu, "tokens_per_s_per_user": top.tokens_per_s_per_user}
+    elif d == "splitwise":
+        top = max(result.rows, key=lambda r: r.max_rate)
+        head |= {"best": top.name, "max_rate": top.max_rate, "usd_per_h": top.usd_per_h,
+                 "provisioned_power_w": top.provisioned_power_w}
+    elif d == "polca":
+        head |= {"extra_servers_fraction": result.extra_servers_fraction, "extra_servers": result.extra_servers}
+    elif d == "prfaas":
+        head |= {k: float(v) for k, v in result.gains.items()}
+    return head

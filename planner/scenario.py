@@ -16,6 +16,7 @@ from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
+from planner.designs.slo_search import SloSearchSpec
 from planner.designs.splitwise import SplitwiseSpec
 from planner.errors import InputError, PlannerError
 from planner.perf.cost import CostModel
@@ -79,7 +80,8 @@ class SimulateSpec(_Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec, Field(discriminator="type")]
+Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec,
+                   Field(discriminator="type")]
 
 
 class Scenario(_Frozen):
@@ -96,8 +98,8 @@ class Scenario(_Frozen):
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
-        if self.design.type == "colocated" and self.search is None:
-            raise ValueError("the colocated design needs a 'search' section (hardware and layouts to try)")
+        if self.design.type in ("colocated", "slo-search") and self.search is None:
+            raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
     @field_validator("model")

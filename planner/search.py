@@ -27,13 +27,25 @@ def layouts(model: ModelSpec, hw: HardwareProfile, tp: list[int], ep: list[int],
 
 
 def pareto_front(*objectives: np.ndarray) -> np.ndarray:
-    """Indices of points not dominated when every objective is minimized."""
+    """Indices of the points no other point dominates, every objective minimized (non-finite
+    points excluded). Two objectives: sort and sweep, O(n log n); more: vectorized dominance
+    tests in blocks."""
     pts = np.stack([np.asarray(o, float) for o in objectives], axis=1)
-    keep = []
-    for i, p in enumerate(pts):
-        if not np.all(np.isfinite(p)):
-            continue
-        dominated = np.all(pts <= p, axis=1) & np.any(pts < p, axis=1)
-        if not dominated.any():
-            keep.append(i)
-    return np.asarray(keep, dtype=np.int64)
+    idx = np.flatnonzero(np.all(np.isfinite(pts), axis=1))
+    pts = pts[idx]
+    if len(pts) == 0:
+        return idx
+    if pts.shape[1] == 2:
+        order = np.lexsort((pts[:, 1], pts[:, 0]))       # by first objective, ties by the second
+        second = pts[order, 1]
+        best_before = np.minimum.accumulate(np.concatenate([[np.inf], second[:-1]]))
+        keep = second < best_before
+        # equal points: keep one of each duplicate run
+        return np.sort(idx[order[keep]])
+    keep = np.ones(len(pts), dtype=bool)
+    for start in range(0, len(pts), 256):
+        block = pts[start:start + 256]
+        le = np.all(pts[None, :, :] <= block[:, None, :], axis=2)
+        lt = np.any(pts[None, :, :] < block[:, None, :], axis=2)
+        keep[start:start + 256] = ~np.any(le & lt, axis=1)
+    return idx[keep]

@@ -38,7 +38,7 @@ class ColocatedSpec(BaseModel):
 class Deployment(BaseModel):
     """One evaluated deployment at the offered load (all figures for the whole deployment)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     hardware: str
     tp: int
     ep: int
@@ -195,7 +195,7 @@ def _why_infeasible(model: ModelSpec, evaluated: list[_Evaluated], slo: SLO, rat
 class SimCheck(BaseModel):
     """The simulator's verdict on a deployment (percentiles from simulated requests)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
     instances: int
     requests: int
     seed: int

@@ -78,7 +78,7 @@ class PolcaSpec(_Frozen):
 
 
 class Level(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     oversubscription: float
     servers: int
     peak_power_fraction: float          # uncapped row peak / budget
@@ -95,7 +95,7 @@ class Level(BaseModel):
 
 
 class PolcaResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     scenario: str
     design: Literal["polca"] = "polca"
     model: str

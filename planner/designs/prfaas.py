@@ -80,7 +80,7 @@ class PrfaasSpec(_Frozen):
 
 
 class PrfaasSimCheck(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     rate: float
     requests: int
     ttft_s: dict[str, float]
@@ -93,7 +93,7 @@ class PrfaasSimCheck(BaseModel):
 
 
 class SystemMetrics(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str
     threshold_tokens: float | None
     prefill_instances: int
@@ -112,7 +112,7 @@ class SystemMetrics(BaseModel):
 
 
 class PrfaasResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     scenario: str
     design: Literal["prfaas"] = "prfaas"
     model: str

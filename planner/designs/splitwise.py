@@ -109,7 +109,7 @@ class SplitwiseSpec(_Frozen):
 
 # ------------------------------------------------------------------------------------------------
 class PoolMetrics(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str
     kind: Literal["splitwise", "colocated"]
     machines: str
@@ -315,7 +315,7 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
 
 
 class SplitwiseResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     scenario: str
     design: Literal["splitwise"] = "splitwise"
     model: str
@@ -361,7 +361,7 @@ def _pareto(points: list[dict]) -> list[dict]:
 
 
 class SplitwiseSimCheck(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     name: str
     rate: float
     requests: int

@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
+from planner.normal import cdf as ndtr
+from planner.normal import ppf as ndtri
 from planner.perf.memory import (
     MEMORY_UTILIZATION,
     PREFILL_CHUNK_TOKENS,

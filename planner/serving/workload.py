@@ -64,7 +64,8 @@ class LogNormal(_Spec):
         return np.clip(np.round(x), self.min, self.max if self.max is not None else np.inf)
 
     def _quantile(self, q: np.ndarray) -> np.ndarray:
-        from scipy.special import ndtr, ndtri
+        from planner.normal import cdf as ndtr
+        from planner.normal import ppf as ndtri
 
         if self.truncate:   # map q into [F(min), F(max)] of the untruncated distribution
             z = lambda x: (math.log(x) - math.log(self.median)) / self._sigma  # noqa: E731

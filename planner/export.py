@@ -1,0 +1,32 @@
+"""CSV export of a plan's front or table (`planner plan --csv FILE`)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+
+def rows_of(result) -> list[dict]:
+    """The rows a user would chart: the Pareto front, the sweep or the comparison table."""
+    d = result.design
+    if d == "slo-search":
+        return [c.model_dump() for c in result.pareto]
+    if d == "splitwise":
+        return result.pareto or [r.model_dump(exclude={"ttft_s", "tpot_s", "e2e_s"}) for r in result.rows]
+    if d == "polca":
+        return [lv.model_dump() for lv in result.levels]
+    if d == "prfaas":
+        return result.bandwidth_sweep or [s.model_dump(exclude={"throughput_parts", "ttft_s", "ttft_queued_s"})
+                                          for s in result.systems]
+    best = [result.best, *result.alternatives]
+    return [{k: v for k, v in x.model_dump().items() if not isinstance(v, dict)} for x in best]
+
+
+def write_csv(result, path: str | Path) -> int:
+    rows = rows_of(result)
+    with open(path, "w", newline="") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return len(rows)
