@@ -210,7 +210,13 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plots import _pyplot
 
         _pyplot()                       # fail fast, before the work, if matplotlib is missing
-    result = run_scenario(scn)
+    if json_out:
+        result = run_scenario(scn)
+    else:   # a transient spinner on stderr while the design runs (quiet under --json)
+        from planner.report import err
+
+        with err.status(f"planning {scn.name} ({scn.design.type})..."):
+            result = run_scenario(scn)
     if json_out:
         print_json(result.model_dump(mode="json"))
     elif result.design == "splitwise":
@@ -229,6 +235,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_slo_search
 
         print_slo_search(result)
+    elif result.design == "fleet":
+        from planner.plan_report import print_fleet
+
+        print_fleet(result)
     else:
         from planner.plan_report import print_plan
 

@@ -9,6 +9,10 @@ from pathlib import Path
 def rows_of(result) -> list[dict]:
     """The rows a user would chart: the Pareto front, the sweep or the comparison table."""
     d = result.design
+    if d == "fleet":
+        return [{"hardware": h, "instances": n, "layout": result.layouts[h],
+                 **{f"bucket_{k + 1}_share": v for k, v in enumerate(result.routing[h])}}
+                for h, n in result.instances.items()]
     if d == "slo-search":
         return [c.model_dump() for c in result.pareto]
     if d == "splitwise":

@@ -167,3 +167,18 @@ def print_slo_search(r) -> None:
                   f"{c.tokens_per_s_per_user:.1f}")
     out.print(f)
     out.print(f"[bold]{r.verdict}[/]")
+
+
+def print_fleet(r) -> None:
+    t = Table(title=f"{r.scenario}: cheapest heterogeneous fleet for {r.model} (MILP)")
+    t.add_column("hardware")
+    t.add_column("instances")
+    t.add_column("layout")
+    for k, b in enumerate(r.buckets):
+        t.add_column(f"bucket {k + 1}: {b['input_min']:.0f}-{b['input_max']:.0f} in, {b['rate']:.3g} req/s")
+    for hw, n in r.instances.items():
+        t.add_row(hw, str(n), r.layouts[hw], *(f"{v:.0%}" for v in r.routing[hw]))
+    out.print(t)
+    singles = ", ".join(f"{h} ${v:,.1f}/h" for h, v in sorted(r.best_single.items(), key=lambda x: x[1]))
+    out.print(f"[bold]fleet ${r.usd_per_h:,.1f}/h; one hardware type alone: {singles or 'none within availability'}"
+              + (f"; saving {r.saving_vs_best_single:.0%}" if r.best_single else "") + "[/]")

@@ -43,6 +43,13 @@ def run_scenario(scn: Scenario):
         from planner.designs.prfaas import plan_prfaas
 
         return plan_prfaas(m, scn.design, scn.workload, scn.cost.usd_per_h, scn.name)
+    if scn.design.type == "fleet":
+        from planner.designs.fleet import plan_fleet
+
+        s = scn.search
+        assert s is not None
+        return plan_fleet(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
+                          s.weight_dtype, s.kv_dtype, scn.name)
     if scn.design.type == "slo-search":
         from planner.designs.slo_search import plan_slo_search
 
@@ -115,4 +122,7 @@ def headline(result) -> dict:
         head |= {"extra_servers_fraction": result.extra_servers_fraction, "extra_servers": result.extra_servers}
     elif d == "prfaas":
         head |= {k: float(v) for k, v in result.gains.items()}
+    elif d == "fleet":
+        head |= {"fleet": ", ".join(f"{n} x {h}" for h, n in result.instances.items()), "usd_per_h": result.usd_per_h,
+                 "saving_vs_best_single": result.saving_vs_best_single}
     return head

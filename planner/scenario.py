@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
+from planner.designs.fleet import FleetSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
@@ -80,7 +81,7 @@ class SimulateSpec(_Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec,
+Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec,
                    Field(discriminator="type")]
 
 
@@ -98,7 +99,7 @@ class Scenario(_Frozen):
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
-        if self.design.type in ("colocated", "slo-search") and self.search is None:
+        if self.design.type in ("colocated", "slo-search", "fleet") and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 

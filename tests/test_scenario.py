@@ -30,12 +30,13 @@ def test_plan_json_meets_slos_and_simulator_confirms():
 
 @pytest.mark.parametrize("name", ["chat-h100", "rag-longctx-mi300x", "deepseek-v3-cloudmatrix",
                                   "splitwise-iso-power-conv", "splitwise-iso-cost-conv", "splitwise-iso-power-code",
-                                  "splitwise-iso-cost-code", "polca-row-a100", "prfaas-case-study"])
+                                  "splitwise-iso-cost-code", "polca-row-a100", "prfaas-case-study",
+                                  "llama70b-slo-search", "fleet-mixed"])
 def test_bundled_scenarios_plan(name):
     r = runner.invoke(app, ["plan", str(ROOT / f"scenarios/{name}.yaml")])
     assert r.exit_code == 0, r.output
     assert any(k in r.stdout for k in ("cheapest", "largest request rate meeting the SLOs", "more servers",
-                                       "PrfaaS vs homogeneous PD"))
+                                       "PrfaaS vs homogeneous PD", "Pareto front", "fleet $"))
 
 
 def test_schema_is_json():
@@ -101,3 +102,14 @@ def test_plot_needs_matplotlib_or_draws(tmp_path):
         assert r.exit_code == 2 and "pip install 'planner[plot]'" in r.stderr
     else:
         assert r.exit_code == 0 and out.stat().st_size > 1000
+
+
+def test_csv_and_compare(tmp_path):
+    out = tmp_path / "front.csv"
+    r = runner.invoke(app, ["plan", str(ROOT / "scenarios/llama70b-slo-search.yaml"), "--csv", str(out)])
+    assert r.exit_code == 0 and out.read_text().startswith("mode,hardware,")
+    r = runner.invoke(app, ["compare", str(ROOT / "scenarios/llama70b-slo-search.yaml"),
+                            str(ROOT / "scenarios/fleet-mixed.yaml"), "--json"])
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["a"]["design"] == "slo-search" and data["b"]["design"] == "fleet"

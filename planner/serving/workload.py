@@ -230,7 +230,13 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q) -> np.ndarray:
 
 def length_stats(w: Workload) -> LengthStats:
     i, o, p = w.joint_support()
-    pre = np.maximum(np.round(i * (1 - w.prefix_hit)), 1)
+    return length_stats_of(i, o, p, w.prefix_hit)
+
+
+def length_stats_of(i: np.ndarray, o: np.ndarray, p: np.ndarray, prefix_hit: float = 0.0) -> LengthStats:
+    """Moments of a request mix given as (input lengths, output lengths, probabilities)."""
+    p = p / p.sum()
+    pre = np.maximum(np.round(i * (1 - prefix_hit)), 1)
     ctx = i + (o - 1) / 2
     return LengthStats(
         mean_input=float(p @ i), mean_prefill=float(p @ pre), second_prefill=float(p @ pre**2),
