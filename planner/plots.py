@@ -33,6 +33,15 @@ def plot_result(result, path: str) -> None:
         b.plot(x, [lv.capped_time_fraction * 100 for lv in result.levels], marker="^", label="time capped %")
         b.set_xlabel("extra servers %")
         b.legend()
+    elif result.design == "slo-search":
+        fig, a = plt.subplots(figsize=(7, 4))
+        for mode, marker in (("aggregated", "o"), ("disaggregated", "s")):
+            pts = [c for c in result.pareto if c.mode == mode]
+            a.plot([c.tokens_per_s_per_user for c in pts], [c.tokens_per_s_per_gpu for c in pts], marker,
+                   label=f"{mode} (Pareto)")
+        a.set_xlabel("output tokens/s per user (1 / TPOT)")
+        a.set_ylabel("output tokens/s per GPU")
+        a.legend()
     elif result.design == "prfaas":
         fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
         for label, sweep in (("hybrid " + result.model, result.bandwidth_sweep),
