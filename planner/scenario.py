@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
@@ -20,15 +20,12 @@ from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
 from planner.designs.splitwise import SplitwiseSpec
 from planner.errors import InputError, PlannerError
+from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.serving.batching import Engine
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload
 from planner.yamlio import load_yaml, validation_error
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def _resolve(value: str, info: ValidationInfo) -> str:
@@ -44,7 +41,7 @@ def _positive_list(v: list[int]) -> list[int]:
     return v
 
 
-class SearchSpace(_Frozen):
+class SearchSpace(Frozen):
     """Candidates to evaluate: every hardware x layout x weight dtype."""
 
     hardware: list[str] = Field(min_length=1, description="profile names or YAML paths")
@@ -73,7 +70,7 @@ class SearchSpace(_Frozen):
         return out
 
 
-class SimulateSpec(_Frozen):
+class SimulateSpec(Frozen):
     """Check the chosen deployment with the discrete-event simulator."""
 
     requests: int = Field(20_000, ge=100, le=2_000_000)
@@ -85,7 +82,7 @@ Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloS
                    Field(discriminator="type")]
 
 
-class Scenario(_Frozen):
+class Scenario(Frozen):
     name: str
     description: str = ""
     model: str = Field(description="catalog name or a local HuggingFace config.json")

@@ -49,3 +49,20 @@ def pareto_front(*objectives: np.ndarray) -> np.ndarray:
         lt = np.any(pts[None, :, :] < block[:, None, :], axis=2)
         keep[start:start + 256] = ~np.any(le & lt, axis=1)
     return idx[keep]
+
+
+def candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[int], pp: list[int],
+               weight_dtypes: list, kv_dtype=None):
+    """Yield ``(profile, layouts, dtypes)`` per hardware and weight dtype: the candidate blocks every
+    design evaluates as arrays (hardware without a valid layout is skipped)."""
+    from planner.catalog.dtypes import DType
+    from planner.catalog.hardware import hardware as get_hardware
+    from planner.perf.ops import DTypes
+
+    for name in hardware:
+        hw = get_hardware(name)
+        lay = layouts(model, hw, tp, ep, pp)
+        if lay.tp.size == 0:
+            continue
+        for w in weight_dtypes:
+            yield hw, lay, DTypes(weight=DType(w), kv=DType(kv_dtype) if kv_dtype else DType.bf16)

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from planner.catalog.frameworks import framework
 from planner.catalog.hardware import hardware
 from planner.errors import PlannerError
+from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
 Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_output_tokens_per_s",
@@ -20,11 +21,10 @@ Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_outpu
 LATENCY = {"prefill_s", "decode_step_s", "batch_latency_s", "ttft_s", "tpot_s"}
 
 
-class Point(BaseModel):
+class Point(Frozen):
     """One published measurement. No field can carry a correction factor: predictions use the
     catalog only."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     id: str
     vendor: Literal["nvidia", "amd", "huawei"]
     hardware: str
@@ -46,8 +46,7 @@ class Point(BaseModel):
     note: str | None = None
 
 
-class Dataset(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Dataset(Frozen):
     sources: dict[str, str]
     points: list[Point]
 

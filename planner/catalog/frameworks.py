@@ -7,17 +7,17 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from planner.catalog.hardware import Figure, Fraction, HardwareProfile, Seconds
 from planner.errors import unknown_name
+from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
 FRAMEWORKS_FILE = Path(__file__).resolve().parent / "frameworks.yaml"
 
 
-class Framework(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Framework(Frozen):
     description: str
     step_overhead: Seconds | None = None
     gemm_scale: Figure | None = None

@@ -14,19 +14,16 @@ import datetime as _dt
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.errors import InputError, unknown_name
+from planner.frozen import Frozen
 from planner.units import parse_quantity
 from planner.yamlio import Lines, load_yaml, validation_error
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Figure(_Frozen):
+class Figure(Frozen):
     """One sourced number. ``value`` is SI; subclasses fix the dimension parsed from text."""
 
     dimension: ClassVar[str] = "1"
@@ -88,12 +85,12 @@ class UsdPerHour(Figure):
         return v.isoformat() if isinstance(v, _dt.date) else (str(v) if v is not None else v)
 
 
-class Memory(_Frozen):
+class Memory(Frozen):
     capacity: Bytes
     bandwidth: Bandwidth
 
 
-class Link(_Frozen):
+class Link(Frozen):
     """A network a device reaches peers over. Bandwidth is per device, per direction."""
 
     name: str | None = None
@@ -102,7 +99,7 @@ class Link(_Frozen):
     latency: Seconds
 
 
-class Power(_Frozen):
+class Power(Frozen):
     tdp: Watts
     idle: Watts
     memory_bound_activity: Fraction = Fraction(
@@ -110,12 +107,12 @@ class Power(_Frozen):
         note="(token-phase 380 W - idle 75 W) / (TDP 700 W - 75 W) on H100; A100 gives 0.55")
 
 
-class Price(_Frozen):
+class Price(Frozen):
     rent: UsdPerHour | None = None
     purchase_usd: Figure | None = None
 
 
-class Efficiency(_Frozen):
+class Efficiency(Frozen):
     """Achievable fractions of peak, each from a public microbenchmark (see its source)."""
 
     gemm: Fraction
@@ -125,7 +122,7 @@ class Efficiency(_Frozen):
     step_overhead: Seconds
 
 
-class HardwareProfile(_Frozen):
+class HardwareProfile(Frozen):
     """One accelerator (per device figures) as deployed in a node or supernode."""
 
     name: str

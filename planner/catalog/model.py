@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from planner.frozen import Frozen
 
 
 class Mixer(str, Enum):
@@ -28,7 +26,7 @@ class FFNKind(str, Enum):
     moe = "moe"
 
 
-class MLA(_Frozen):
+class MLA(Frozen):
     """Multi-head latent attention (DeepSeek-V2/V3): the cache holds one latent per token."""
 
     q_lora_rank: int | None = Field(gt=0)
@@ -38,7 +36,7 @@ class MLA(_Frozen):
     v_head_dim: int = Field(gt=0)
 
 
-class MoE(_Frozen):
+class MoE(Frozen):
     num_experts: int = Field(gt=0)
     experts_per_token: int = Field(gt=0)
     expert_intermediate_size: int = Field(gt=0)
@@ -53,7 +51,7 @@ class MoE(_Frozen):
         return self
 
 
-class LinearAttention(_Frozen):
+class LinearAttention(Frozen):
     """Linear-attention layers (Gated DeltaNet, Kimi Delta Attention): per-sequence state of
     ``num_value_heads x key_head_dim x value_head_dim`` plus a short-convolution state."""
 
@@ -78,7 +76,7 @@ class LinearAttention(_Frozen):
         return recurrent + self.conv_channels * (self.conv_kernel - 1)
 
 
-class ModelSpec(_Frozen):
+class ModelSpec(Frozen):
     """Architecture of a decoder-only LLM, as read from its HuggingFace ``config.json``."""
 
     name: str

@@ -17,10 +17,11 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
+from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
-from planner.search import layouts
+from planner.search import candidates
 from planner.serving.batching import Engine
 from planner.serving.queueing import Curve, attainment, interpolate, serving_curve, slo_ok
 from planner.serving.slo import PERCENTILES, SLO
@@ -28,10 +29,9 @@ from planner.serving.workload import LengthStats, Workload, length_stats
 from planner.units import HOUR_S
 
 
-class ColocatedSpec(BaseModel):
+class ColocatedSpec(Frozen):
     """``design: {type: colocated}``: prefill and decode share every instance."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     type: Literal["colocated"] = "colocated"
 
 
@@ -97,15 +97,9 @@ def evaluate_candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep
                         weight_dtypes: list[DType], kv_dtype: DType | None, engine: Engine, stats: LengthStats,
                         arrival_scv: float, slo: SLO) -> list[_Evaluated]:
     out = []
-    for name in hardware:
-        hw = get_hardware(name)
-        lay = layouts(model, hw, tp, ep, pp)
-        if lay.tp.size == 0:
-            continue
-        for w in weight_dtypes:
-            dtypes = DTypes(weight=DType(w), kv=DType(kv_dtype) if kv_dtype else DType.bf16)
-            curve = serving_curve(model, hw, lay, dtypes, engine, stats, arrival_scv)
-            out.append(_Evaluated(hw, dtypes, lay, curve, slo_ok(curve, slo)))
+    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+        curve = serving_curve(model, hw, lay, dtypes, engine, stats, arrival_scv)
+        out.append(_Evaluated(hw, dtypes, lay, curve, slo_ok(curve, slo)))
     return out
 
 

@@ -24,17 +24,16 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
+from planner.frozen import Frozen
 from planner.perf.cost import CostModel
-from planner.perf.ops import DTypes
-from planner.search import layouts
+from planner.search import candidates
 from planner.serving.batching import Engine
 from planner.serving.queueing import serving_curve, slo_ok
 from planner.serving.slo import SLO
 from planner.serving.workload import LengthStats, Workload, length_stats_of
 
 
-class FleetSpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class FleetSpec(Frozen):
     type: Literal["fleet"] = "fleet"
     buckets: int = Field(4, ge=1, le=32, description="request-length buckets (quantiles of input length)")
     available: dict[str, int] = Field({}, description="most instances of each hardware (default: unlimited)")
@@ -84,29 +83,25 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     cap = np.zeros((H, B))           # best per-instance SLO rate, per (hardware, bucket)
     price = np.full(H, np.inf)
     chosen = {}
-    for h, hw_name in enumerate(hardware):
-        hw = get_hardware(hw_name)
-        lay = layouts(model, hw, tp, ep, pp)
-        if lay.tp.size == 0:
-            continue
-        best_cost = np.inf
-        for wd in weight_dtypes:
-            dtypes = DTypes(weight=DType(wd), kv=DType(kv_dtype) if kv_dtype else DType.bf16)
-            rates = np.zeros((lay.tp.size, B))
-            for b, (stats, _, _) in enumerate(buckets):
-                c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
-                rates[:, b] = np.where(slo_ok(c, slo), c.rate, 0.0).max(axis=1)
-            per_instance = lay.devices * cost.usd_per_device_hour(hw, hw.power.tdp.value)
-            # the layout serving the most buckets, then the cheapest per request over those buckets
-            served = (rates > 0).sum(1)
-            load = np.where(rates > 0, lam / np.maximum(rates, 1e-12), 0.0).sum(1)
-            score = np.where(served > 0, per_instance * load, np.inf) + (B - served) * 1e12
-            k = int(np.argmin(score))
-            if score[k] < best_cost:                 # stays unusable if no layout serves any bucket
-                best_cost = score[k]
-                cap[h], price[h] = rates[k], per_instance[k]
-                ep_text = f" ep{lay.ep[k]}" if lay.ep[k] > 1 else ""
-                chosen[hw.name] = f"tp{lay.tp[k]}{ep_text} {DType(wd).value}"
+    best_cost = np.full(H, np.inf)
+    row = {get_hardware(n).name: i for i, n in enumerate(hardware)}
+    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+        h = row[hw.name]
+        rates = np.zeros((lay.tp.size, B))
+        for b, (stats, _, _) in enumerate(buckets):
+            c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
+            rates[:, b] = np.where(slo_ok(c, slo), c.rate, 0.0).max(axis=1)
+        per_instance = lay.devices * cost.usd_per_device_hour(hw, hw.power.tdp.value)
+        # the layout serving the most buckets, then the cheapest per request over those buckets
+        served = (rates > 0).sum(1)
+        load = np.where(rates > 0, lam / np.maximum(rates, 1e-12), 0.0).sum(1)
+        score = np.where(served > 0, per_instance * load, np.inf) + (B - served) * 1e12
+        k = int(np.argmin(score))
+        if score[k] < best_cost[h]:                  # stays unusable if no layout serves any bucket
+            best_cost[h] = score[k]
+            cap[h], price[h] = rates[k], per_instance[k]
+            ep_text = f" ep{lay.ep[k]}" if lay.ep[k] > 1 else ""
+            chosen[hw.name] = f"tp{lay.tp[k]}{ep_text} {dtypes.weight.value}"
     usable = np.isfinite(price) & (cap.max(axis=1) > 0)
     if not usable.any():
         raise InfeasibleError("no hardware type meets the SLOs for any request bucket")

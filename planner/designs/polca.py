@@ -33,6 +33,7 @@ from planner.catalog.frameworks import framework as get_framework
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InputError
+from planner.frozen import Frozen
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
 from planner.perf.power import apply_clock
@@ -41,11 +42,7 @@ from planner.serving.queueing import at_rates, serving_curve
 from planner.serving.workload import Workload, length_stats
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PolcaSpec(_Frozen):
+class PolcaSpec(Frozen):
     type: Literal["polca"] = "polca"
     hardware: str = "a100-80g"
     tp: int = Field(8, ge=1, description="GPUs per server (one instance per server)")

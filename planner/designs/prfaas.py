@@ -30,6 +30,7 @@ from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InfeasibleError
+from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token, state_bytes_per_sequence_device
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
@@ -38,11 +39,7 @@ from planner.serving.queueing import multi_server_wait, serving_curve
 from planner.serving.workload import Workload, length_stats, weighted_quantile
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Site(_Frozen):
+class Site(Frozen):
     hardware: str
     tp: int = Field(8, ge=1)
     ep: int = Field(1, ge=1)
@@ -50,7 +47,7 @@ class Site(_Frozen):
     prefix_hit: float = Field(0.0, ge=0, lt=1, description="fraction of prompt tokens cached at this site")
 
 
-class Link(_Frozen):
+class Link(Frozen):
     bandwidth_gbps: float = Field(gt=0, description="inter-datacenter bandwidth, Gb/s")
     rtt_s: float = Field(0.01, ge=0)
     efficiency: float = Field(0.9, gt=0, le=1, description="goodput / line rate")
@@ -61,7 +58,7 @@ class Link(_Frozen):
         return self.bandwidth_gbps * 1e9 / 8 * self.efficiency
 
 
-class PrfaasSpec(_Frozen):
+class PrfaasSpec(Frozen):
     type: Literal["prfaas"] = "prfaas"
     weight_dtype: DType = DType.fp8
     kv_dtype: DType = DType.bf16

@@ -17,22 +17,17 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
+from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
-from planner.perf.ops import DTypes
-from planner.search import layouts, pareto_front
+from planner.search import candidates, pareto_front
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import serving_curve, slo_ok
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload, length_stats
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SloSearchSpec(_Frozen):
+class SloSearchSpec(Frozen):
     type: Literal["slo-search"] = "slo-search"
     modes: list[Literal["aggregated", "disaggregated"]] = ["aggregated", "disaggregated"]
     prefill_utilization: list[float] = Field([0.2, 0.4, 0.6, 0.8, 0.9], description="prefill pool loads tried")
@@ -70,26 +65,20 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     tpot_max = min(v for _, v in slo.tpot_s.items()) if slo.tpot_s.items() else np.inf
     table = _Table()          # every SLO-meeting operating point, as columns (no per-point objects)
     count = 0
-    for hw_name in hardware:
-        hw = get_hardware(hw_name)
-        lay = layouts(model, hw, tp, ep, pp)
-        if lay.tp.size == 0:
-            continue
-        for wd in weight_dtypes:
-            dtypes = DTypes(weight=DType(wd), kv=DType(kv_dtype) if kv_dtype else DType.bf16)
-            count += lay.tp.size
-            names = np.array([f"tp{t}" + (f" ep{e}" if e > 1 else "") + (f" pp{p}" if p > 1 else "")
-                              for t, e, p in zip(lay.tp, lay.ep, lay.pp, strict=True)], dtype=object)
-            devices = lay.devices.astype(float)
-            if "aggregated" in spec.modes:
-                c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
-                i, j = np.nonzero(slo_ok(c, slo))
-                table.add("aggregated", hw.name, dtypes.weight.value, names[i],
-                          c.rate[i, j] * stats.mean_output / devices[i], 1 / c.tpot["mean"][i, j],
-                          c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
-            if "disaggregated" in spec.modes:
-                _disaggregated(table, model, hw, lay, names, devices, dtypes, engine, stats, workload, spec,
-                               ttft_max, tpot_max)
+    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+        count += lay.tp.size
+        names = np.array([f"tp{t}" + (f" ep{e}" if e > 1 else "") + (f" pp{p}" if p > 1 else "")
+                          for t, e, p in zip(lay.tp, lay.ep, lay.pp, strict=True)], dtype=object)
+        devices = lay.devices.astype(float)
+        if "aggregated" in spec.modes:
+            c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
+            i, j = np.nonzero(slo_ok(c, slo))
+            table.add("aggregated", hw.name, dtypes.weight.value, names[i],
+                      c.rate[i, j] * stats.mean_output / devices[i], 1 / c.tpot["mean"][i, j],
+                      c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
+        if "disaggregated" in spec.modes:
+            _disaggregated(table, model, hw, lay, names, devices, dtypes, engine, stats, workload, spec,
+                           ttft_max, tpot_max)
     if table.empty:
         from planner.errors import InfeasibleError
 

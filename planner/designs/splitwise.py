@@ -28,6 +28,7 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError, InputError
+from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
@@ -39,11 +40,7 @@ from planner.serving.slo import PERCENTILES, SLO, Target
 from planner.serving.workload import LengthStats, Workload, length_stats, weighted_quantile
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Pool(_Frozen):
+class Pool(Frozen):
     """Machines of one kind: ``count`` instances of ``tp x pp`` devices, optionally power-capped."""
 
     hardware: str
@@ -53,18 +50,18 @@ class Pool(_Frozen):
     power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
 
 
-class Candidate(_Frozen):
+class Candidate(Frozen):
     name: str
     prompt: Pool
     token: Pool
 
 
-class Baseline(_Frozen):
+class Baseline(Frozen):
     name: str
     pool: Pool
 
 
-class SlowdownReference(_Frozen):
+class SlowdownReference(Frozen):
     """Splitwise's SLOs are slowdowns against one request on a reference machine with no
     contention (Table VI); they become absolute bounds at the workload's length quantiles."""
 
@@ -75,7 +72,7 @@ class SlowdownReference(_Frozen):
     e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
 
 
-class SplitSearch(_Frozen):
+class SplitSearch(Frozen):
     """Find the best pool sizes for each (prompt, token) hardware pair under a budget: the cost or
     provisioned power of a named baseline, or a number of machines."""
 
@@ -91,7 +88,7 @@ class SplitSearch(_Frozen):
     tp: list[int] = Field([8], min_length=1, description="TP degrees to try for each pool")
 
 
-class SplitwiseSpec(_Frozen):
+class SplitwiseSpec(Frozen):
     type: Literal["splitwise"] = "splitwise"
     framework: str | None = Field(None, description="engine entry applied to every pool (e.g. vllm-2023)")
     weight_dtype: DType = DType.bf16

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from planner.catalog.hardware import HardwareProfile
 from planner.errors import InputError
+from planner.frozen import Frozen
 from planner.units import HOUR_S
 
 
@@ -16,11 +17,10 @@ class CostMode(str, Enum):
     own = "own"
 
 
-class CostModel(BaseModel):
+class CostModel(Frozen):
     """``rent``: the profile's $/h (or ``usd_per_h`` overrides), energy included.
     ``own``: ``purchase_usd / lifetime`` + ``power x PUE x usd_per_kwh``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: CostMode = CostMode.rent
     usd_per_h: dict[str, float] = Field({}, description="rental $/accelerator-hour per hardware name")

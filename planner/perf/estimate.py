@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
@@ -24,6 +23,7 @@ from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InputError
+from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops
@@ -94,11 +94,7 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PhaseEstimate(_Frozen):
+class PhaseEstimate(Frozen):
     time_s: float
     bound: str
     flops_per_device: float
@@ -106,7 +102,7 @@ class PhaseEstimate(_Frozen):
     comm_s: float
 
 
-class MemoryEstimate(_Frozen):
+class MemoryEstimate(Frozen):
     """Bytes per device."""
 
     capacity_bytes: float
@@ -118,7 +114,7 @@ class MemoryEstimate(_Frozen):
     max_batch: int
 
 
-class Estimate(_Frozen):
+class Estimate(Frozen):
     """One instance, one batch, no queueing (``planner.estimate``)."""
 
     model: str

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
+from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.ops import DTypes, Step, layer_ops, merge_ops
 from planner.perf.parallel import Layout
@@ -23,10 +24,9 @@ from planner.perf.power import step_power_w
 from planner.perf.roofline import StepTime, op_time
 
 
-class Engine(BaseModel):
+class Engine(Frozen):
     """Serving-engine knobs (defaults: vLLM V1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     chunked_prefill: bool = True
     max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
     max_num_seqs: int = Field(1024, ge=1, description="most sequences decoding at once")

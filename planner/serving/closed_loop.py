@@ -5,7 +5,6 @@ None) or closed-loop load generators at a given concurrency measure it."""
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
@@ -13,6 +12,7 @@ from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InfeasibleError, InputError
+from planner.frozen import Frozen
 from planner.perf.estimate import resolve_dtypes
 from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine
@@ -20,10 +20,9 @@ from planner.serving.queueing import serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
 
 
-class ServingEstimate(BaseModel):
+class ServingEstimate(Frozen):
     """One instance in steady state (``planner.throughput``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     model: str
     hardware: str
     tp: int

@@ -8,16 +8,17 @@ Attainment is the fraction of requests meeting every per-request threshold given
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from planner.frozen import Frozen
 
 PERCENTILES = ("p50", "p90", "p99")
 _Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 
-class Target(BaseModel):
+class Target(Frozen):
     """Upper bounds (seconds) on percentiles of one latency metric."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     p50: float | None = Field(None, gt=0)
     p90: float | None = Field(None, gt=0)
     p99: float | None = Field(None, gt=0)
@@ -33,11 +34,10 @@ class Target(BaseModel):
         return self
 
 
-class SLO(BaseModel):
+class SLO(Frozen):
     """Latency targets. ``attainment``: the fraction of requests that must meet the per-request
     thresholds (the tightest percentile bound of each metric), e.g. 0.9 as in DistServe."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
     ttft_s: Target = Target()
     tpot_s: Target = Target()
     e2e_s: Target = Target()

@@ -11,19 +11,16 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from planner.frozen import Frozen
 from planner.serving.trace import Trace, load_trace
 
 _SUPPORT_POINTS = 512  # stratified quantiles representing a continuous distribution
 _Z90 = 1.2815515655446004
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Fixed(_Spec):
+class Fixed(Frozen):
     dist: Literal["fixed"] = "fixed"
     value: int = Field(gt=0, description="tokens")
 
@@ -34,7 +31,7 @@ class Fixed(_Spec):
         return np.full(n, self.value, dtype=np.int64)
 
 
-class LogNormal(_Spec):
+class LogNormal(Frozen):
     """Log-normal token count given by its median and either its P90 or ``sigma`` (of ln),
     clipped to [min, max], or with ``truncate`` redrawn inside it (a truncated log-normal)."""
 
@@ -84,7 +81,7 @@ class LogNormal(_Spec):
         return self._clip(rng.lognormal(math.log(self.median), self._sigma, n)).astype(np.int64)
 
 
-class FromTrace(_Spec):
+class FromTrace(Frozen):
     """The empirical lengths of a trace (bundled name or CSV path)."""
 
     dist: Literal["trace"] = "trace"
@@ -98,7 +95,7 @@ class FromTrace(_Spec):
 Length = Annotated[Fixed | LogNormal | FromTrace, Field(discriminator="dist")]
 
 
-class Arrival(_Spec):
+class Arrival(Frozen):
     """``poisson``: exponential gaps; ``gamma``: Gamma gaps with coefficient of variation ``cv``
     (cv > 1 is burstier than Poisson); ``trace``: replay the trace's timestamps, rescaled to the
     workload rate if one is given."""
@@ -112,7 +109,7 @@ class Arrival(_Spec):
         return 1.0 if self.process == "poisson" else self.cv**2
 
 
-class Workload(_Spec):
+class Workload(Frozen):
     """Requests: their rate, arrival process and token lengths.
 
     ``trace: NAME`` is shorthand for input and output lengths sampled jointly from that trace (and
@@ -204,7 +201,7 @@ class Workload(_Spec):
         return np.cumsum(gaps)
 
 
-class LengthStats(_Spec):
+class LengthStats(Frozen):
     """Moments of the request mix the analytic model needs (prefill tokens net of prefix hits)."""
 
     mean_input: float
