@@ -208,8 +208,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
                          requests: int, seed: int, instances: int | None = None) -> SimCheck:
     """Run the discrete-event simulator on deployment ``d`` (optionally with another instance count)."""
     from planner.serving.simulate import simulate
-    from planner.serving.slo import attainment as sim_attainment
-    from planner.serving.slo import check, percentiles
+    from planner.serving.slo import judge
 
     k = instances or d.instances
     hw = get_hardware(d.hardware)
@@ -218,12 +217,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     arrival, inp, out = workload.sample(requests, seed)
     r = simulate(model, hw, lay, dtypes, engine, arrival, inp, out, instances=k, prefix_hit=workload.prefix_hit,
                  seed=seed)
-    measured = {"ttft_s": percentiles(r.ttft_s), "tpot_s": percentiles(r.tpot_s[r.output_len > 1]),
-                "e2e_s": percentiles(r.e2e_s)}
-    bad = check(slo, measured)
-    att = sim_attainment(slo, r.ttft_s, r.tpot_s, r.e2e_s)
-    if slo.attainment is not None and att < slo.attainment:
-        bad.append(f"attainment: {att:.3f} < {slo.attainment}")
+    measured, att, bad = judge(slo, r.ttft_s, r.tpot_s, r.e2e_s, r.output_len)
     return SimCheck(instances=k, requests=requests, seed=seed, ttft_s=measured["ttft_s"], tpot_s=measured["tpot_s"],
                     e2e_s=measured["e2e_s"], slo_attainment=att, requests_per_s=r.requests_per_s,
                     preemptions=r.preemptions, meets_slo=not bad, violations=bad,

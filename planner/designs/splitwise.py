@@ -374,7 +374,7 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
                     engine: Engine, rate: float, requests: int, seed: int) -> SplitwiseSimCheck:
     """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s."""
     from planner.serving.simulate import simulate_disaggregated
-    from planner.serving.slo import check, percentiles
+    from planner.serving.slo import judge
 
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
@@ -389,9 +389,7 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
     r = simulate_disaggregated(model, (php, play, d.prompt.count), (thw, tlay, d.token.count), dtypes,
                                engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
                                prefix_hit=workload.prefix_hit, seed=seed)
-    measured = {"ttft_s": percentiles(r.ttft_s), "tpot_s": percentiles(r.tpot_s[r.output_len > 1]),
-                "e2e_s": percentiles(r.e2e_s)}
-    bad = check(slo, measured)
+    measured, _, bad = judge(slo, r.ttft_s, r.tpot_s, r.e2e_s, r.output_len)
     return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
                              tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,
                              meets_slo=not bad, violations=bad)

@@ -75,3 +75,15 @@ def attainment(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray) ->
         if metric in th:
             ok &= values <= th[metric]
     return float(ok.mean()) if len(ok) else float("nan")
+
+
+def judge(slo: SLO, ttft: np.ndarray, tpot: np.ndarray, e2e: np.ndarray, output_len: np.ndarray
+          ) -> tuple[dict[str, dict[str, float]], float, list[str]]:
+    """Simulated requests against the SLO: (percentiles per metric, attainment, violations).
+    TPOT percentiles are over requests with more than one output token."""
+    measured = {"ttft_s": percentiles(ttft), "tpot_s": percentiles(tpot[output_len > 1]), "e2e_s": percentiles(e2e)}
+    bad = check(slo, measured)
+    att = attainment(slo, ttft, tpot, e2e)
+    if slo.attainment is not None and att < slo.attainment:
+        bad.append(f"attainment: {att:.3f} < {slo.attainment}")
+    return measured, att, bad
