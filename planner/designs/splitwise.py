@@ -27,13 +27,12 @@ from planner.catalog.frameworks import framework as get_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
 from planner.perf.power import apply_power_cap
-from planner.search import pareto_front
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import at_rates, multi_server_wait, serving_curve
 from planner.serving.slo import PERCENTILES, SLO, Target
@@ -335,6 +334,8 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
     designs = list(spec.designs)
     verdicts, front = [], []
     if spec.search is not None:
+        from planner.designs.splitwise_search import search_splits
+
         found, verdicts, front = search_splits(model, spec, workload, slo, engine, dtypes, usd_per_h, rows)
         designs += found
     rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h) for d in designs]
@@ -346,15 +347,6 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
                                cost=d.usd_per_h / b.usd_per_h, power=d.provisioned_power_w / b.provisioned_power_w))
     return SplitwiseResult(scenario=name, model=model.name, slo=slo, rows=rows, ratios=ratios, verdicts=verdicts,
                            pareto=front)
-
-
-def _pareto(points: list[dict]) -> list[dict]:
-    """The splits, across every searched pair, not dominated in (throughput, cost, power)."""
-    if not points:
-        return []
-    keep = pareto_front(-np.array([x["req_per_s"] for x in points]), np.array([x["usd_per_h"] for x in points]),
-                        np.array([x["power_w"] for x in points]))
-    return sorted((points[i] for i in keep), key=lambda x: -x["req_per_s"])
 
 
 class SplitwiseSimCheck(BaseModel):
@@ -393,110 +385,3 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
     return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
                              tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,
                              meets_slo=not bad, violations=bad)
-
-
-def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
-                  dtypes: DTypes, usd_per_h: dict[str, float], baselines: list[PoolMetrics]
-                  ) -> tuple[list[Candidate], list[str], list[dict]]:
-    """Best (prompt, token) machine counts per hardware pair within the budget.
-
-    The prompt pool's SLO-meeting capacity depends only on its count and the token pool's only on
-    its count, so each is evaluated once per count and every split is the minimum of the two (the
-    chosen split is then re-evaluated jointly, E2E included)."""
-    sr = spec.search
-    assert sr is not None
-    limit = sr.limit
-    if sr.of_baseline is not None:
-        base = next((b for b in baselines if b.name == sr.of_baseline), None)
-        if base is None:
-            raise InfeasibleError(f"search.of_baseline {sr.of_baseline!r} is not one of the baselines")
-        limit = {"cost": base.usd_per_h, "power": base.provisioned_power_w,
-                 "machines": base.accelerators / 8}[sr.budget]
-    if limit is None:
-        raise InfeasibleError("search needs a budget: give search.limit or search.of_baseline")
-    found, verdicts, points = [], [], []
-    for prompt_hw, token_hw in sr.pairs:
-        for cap in sr.token_power_caps:
-            for tp_p in sr.tp:
-                for tp_t in sr.tp:
-                    best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw,
-                                            token_hw, cap, sr, limit, tp_p, tp_t)
-                    points += pts
-                    if best is not None:
-                        found.append(best)
-    if not found:
-        verdicts.append("no split of the searched pairs within the budget meets the SLOs")
-    best_base = max(baselines, key=lambda b: b.max_rate, default=None)
-    if best_base is not None and found:
-        evals = [(evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h), d) for d in found]
-        top, d = max(evals, key=lambda e: e[0].max_rate)
-        ratio = top.max_rate / best_base.max_rate if best_base.max_rate > 0 else float("inf")
-        if ratio > 1.0:
-            verdicts.append(f"disaggregation pays: {top.name} serves {ratio:.2f}x the rate of {best_base.name} "
-                            f"within the same {sr.budget} budget")
-        else:
-            verdicts.append(f"disaggregation does not pay: the best split ({top.name}, {top.max_rate:.3g} req/s, "
-                            f"limited by {top.binding}) serves {ratio:.2f}x {best_base.name} "
-                            f"({best_base.max_rate:.3g} req/s); keep prefill and decode together")
-    return found, verdicts, _pareto(points)
-
-
-def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit,
-                tp_p, tp_t):
-    php, thw = _hw(prompt_hw, spec.framework), _hw(token_hw, spec.framework, cap)
-    unit = {"cost": lambda hw, name, tp: tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
-            "power": lambda hw, name, tp: tp * hw.power.tdp.value,
-            "machines": lambda hw, name, tp: tp / 8}[sr.budget]     # machines of 8 accelerators
-    up, ut = unit(php, prompt_hw, tp_p), unit(thw, token_hw, tp_t)
-    max_p, max_t = int(limit // up), int(limit // ut)
-    if max_p < 1 or max_t < 1:
-        return None, []
-    probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=tp_p, count=1),
-                      token=Pool(hardware=token_hw, tp=tp_t, count=1, power_cap=cap))
-    try:
-        check_layout(model, Layout.of(tp_p, 1, 1))
-        check_layout(model, Layout.of(tp_t, 1, 1))
-    except InputError:
-        return None, []
-    # per-machine capacities from single-pool evaluations with many machines on the other side
-    big = max(max_p, max_t) * 4
-    prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
-        "prompt": probe.prompt.model_copy(update={"count": n}),
-        "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-        usd_per_h).max_rate for n in range(1, max_p + 1)])
-    token_one = evaluate_splitwise(model, probe.model_copy(update={
-        "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-        usd_per_h).max_rate
-    best, best_rate = None, 0.0
-    if sr.objective == "min_budget":       # cheapest split (in the budget's unit) that serves target_rate
-        if sr.target_rate is None:
-            raise InputError("search.objective min_budget needs search.target_rate")
-        enough = np.flatnonzero(prompt_rate >= sr.target_rate)
-        n_t = int(np.ceil(sr.target_rate / token_one)) if token_one > 0 else 0
-        if enough.size and n_t >= 1 and (enough[0] + 1) * up + n_t * ut <= limit * (1 + 1e-9):
-            best, best_rate = (int(enough[0]) + 1, n_t), sr.target_rate
-    else:
-        for n_p in range(1, max_p + 1):
-            n_t = int((limit - n_p * up) // ut)
-            if n_t < 1:
-                break
-            rate = min(prompt_rate[n_p - 1], token_one * n_t)
-            if rate > best_rate:
-                best, best_rate = (n_p, n_t), rate
-    # every split within the budget, for the throughput / cost / power Pareto front
-    n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
-    within = n_p * up + n_t * ut <= limit * (1 + 1e-9)
-    rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
-    cost = tp_p * n_p * usd_per_h.get(prompt_hw, np.nan) + tp_t * n_t * usd_per_h.get(token_hw, np.nan)
-    power = tp_p * n_p * php.power.tdp.value + tp_t * n_t * thw.power.tdp.value
-    front = pareto_front(-rate[within], cost[within], power[within])
-    points = list(dict(pair=f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "") + f" tp{tp_p}/{tp_t}",
-                       prompt=int(n_p[within][i]), token=int(n_t[within][i]), req_per_s=float(rate[within][i]),
-                       usd_per_h=float(cost[within][i]), power_w=float(power[within][i])) for i in front)
-    if best is None:
-        return None, points
-    tag = f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "")
-    tps = "" if (tp_p, tp_t) == (8, 8) else f" tp{tp_p}/tp{tp_t}"
-    return Candidate(name=f"best {tag}{tps} ({best[0]}P+{best[1]}T)",
-                     prompt=Pool(hardware=prompt_hw, tp=tp_p, count=best[0]),
-                     token=Pool(hardware=token_hw, tp=tp_t, count=best[1], power_cap=cap)), points
