@@ -1,5 +1,5 @@
 """Serving-framework entries (``catalog/frameworks.yaml``): a framework replaces the per-step
-overhead and scales the GEMM / memory efficiencies of a hardware profile, so old and new engines
+overhead and scales the GEMM / memory / scale-up link efficiencies of a hardware profile, so old and new engines
 on the same chip can both be predicted without per-point factors."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class Framework(Frozen):
     step_overhead: Seconds | None = None
     gemm_scale: Figure | None = None
     memory_scale: Figure | None = None
+    link_scale: Figure | None = None
     max_num_seqs: Figure | None = None
 
     def engine(self):
@@ -34,7 +35,8 @@ class Framework(Frozen):
         update = {}
         if self.step_overhead is not None:
             update["step_overhead"] = self.step_overhead
-        for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale)):
+        for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale),
+                             ("scale_up", self.link_scale)):
             if scale is not None:
                 base = getattr(eff, field)
                 update[field] = Fraction(value=min(1.0, base.value * scale.value), source=base.source,
