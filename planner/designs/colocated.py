@@ -136,10 +136,7 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
 
     devices = int(c.devices[i])
     n = at(sub.n)
-    n_now = rate / k * stats.mean_output * at(sub.tpot["mean"])   # below n=1 the instance idles part-time
-    busy = min(1.0, n_now) if n < 1.0 + 1e-9 else 1.0
-    idle = hw.power.idle.value
-    dev_power = idle + (at(sub.power_w) - idle) * busy
+    dev_power = at(sub.power_w)          # the curve already idles part-time below one sequence
     accelerators = k * devices
     usd_h = accelerators * cost.usd_per_device_hour(hw, dev_power)
     out_tps = rate * stats.mean_output

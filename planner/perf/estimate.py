@@ -206,7 +206,7 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
     for tp in (tp0, 2 * tp0, 4 * tp0, 8 * tp0):
         for pp in (pp0, 2 * pp0, 4 * pp0):
             for w in (dtypes.weight, DType.fp8):
-                options.append((tp, max(ep0, 1) if m.moe is None else max(ep0, 1), pp, w))
+                options.append((tp, ep0, pp, w))
     seen, tips = set(), []
     for tp, ep, pp, w in options:
         if (tp, ep, pp, w) in seen or (tp, ep, pp, w) == (tp0, ep0, pp0, dtypes.weight):
