@@ -15,7 +15,7 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.ops import DTypes, Op, OpKind
+from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops
 from planner.perf.parallel import Layout
 
 # vLLM's default gpu_memory_utilization = 0.9: 10% of HBM stays out of the engine's pool (CUDA/HIP
@@ -57,6 +57,20 @@ def weight_bytes_device(ops: list[Op], layout: Layout, dtypes: DTypes) -> np.nda
     return layers / layout.pp + np.where(layout.pp > 1, np.maximum(embed, head), embed + head)
 
 
+def workspace_bytes(model: ModelSpec, layout: Layout, dtypes: DTypes):
+    """Activation workspace of one device for a prefill chunk of ``PREFILL_CHUNK_TOKENS`` tokens."""
+    width = max(model.intermediate_size, model.hidden_size) / layout.tp
+    return PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
+
+
+def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes) -> np.ndarray:
+    """Device memory left for the KV cache: the engine's pool (capacity x utilization) minus
+    weights and workspace (may be negative: the model does not fit)."""
+    ops = layer_ops(model, layout, Step.of(1, 1, 0), dtypes)
+    return (hw.memory.capacity.value * MEMORY_UTILIZATION - weight_bytes_device(ops, layout, dtypes)
+            - workspace_bytes(model, layout, dtypes))
+
+
 @dataclass(frozen=True)
 class MemoryUse:
     """Bytes per device (arrays)."""
@@ -92,8 +106,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
         model, layout, dtypes.kv)
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
-    width = max(model.intermediate_size, model.hidden_size) / layout.tp
-    workspace = PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
+    workspace = workspace_bytes(model, layout, dtypes)
     return MemoryUse(
         capacity=cap,
         reserved=cap * (1 - MEMORY_UTILIZATION),

@@ -32,13 +32,11 @@ from planner.catalog.model import ModelSpec
 from planner.normal import cdf as ndtr
 from planner.normal import ppf as ndtri
 from planner.perf.memory import (
-    MEMORY_UTILIZATION,
-    PREFILL_CHUNK_TOKENS,
+    free_kv_bytes_device,
     kv_bytes_per_token_device,
     state_bytes_per_sequence_device,
-    weight_bytes_device,
 )
-from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
 from planner.serving.slo import PERCENTILES, SLO
@@ -91,11 +89,7 @@ class Curve:
 def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                      stats: LengthStats) -> tuple[np.ndarray, np.ndarray]:
     """(largest mean decode batch, the limit that sets it) per candidate."""
-    ops = layer_ops(model, lay, Step.of(1, 1, 0), dtypes)
-    cap = hw.memory.capacity.value
-    workspace = PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * max(model.intermediate_size, model.hidden_size)
-                                        / lay.tp) * dtypes.act.bytes
-    free = cap * MEMORY_UTILIZATION - weight_bytes_device(ops, lay, dtypes) - workspace
+    free = free_kv_bytes_device(model, hw, lay, dtypes)
     per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv) * stats.mean_decode_ctx
                + state_bytes_per_sequence_device(model, lay, dtypes.kv)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
@@ -123,9 +117,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
     chunk = np.minimum(np.maximum(C - n, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
-    n_with_chunk = n if engine.chunked_prefill else 0 * n
     busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
-    n_with_chunk = np.maximum(n_with_chunk, 1.0) if engine.chunked_prefill else n_with_chunk
+    n_with_chunk = busy_n if engine.chunked_prefill else 0 * n
     it = iteration(model, hw, L, dtypes, np.concatenate([busy_n, n_with_chunk], 1), ctx,
                    np.concatenate([0 * n, chunk], 1), Lp)
     t_dec, t_chunk = np.split(it.time_s, 2, axis=1)

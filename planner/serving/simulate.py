@@ -26,13 +26,11 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.perf.memory import (
-    MEMORY_UTILIZATION,
-    PREFILL_CHUNK_TOKENS,
+    free_kv_bytes_device,
     kv_bytes_per_token_device,
     state_bytes_per_sequence_device,
-    weight_bytes_device,
 )
-from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
 
@@ -110,10 +108,7 @@ class SimResult:
 
 def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes) -> tuple[float, float, float]:
     """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide."""
-    ops = layer_ops(model, lay, Step.of(1, 1, 0), dtypes)
-    workspace = PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * max(model.intermediate_size, model.hidden_size)
-                                        / lay.tp) * dtypes.act.bytes
-    free_dev = hw.memory.capacity.value * MEMORY_UTILIZATION - weight_bytes_device(ops, lay, dtypes) - workspace
+    free_dev = free_kv_bytes_device(model, hw, lay, dtypes)
     dp = float(np.ravel(lay.attention_dp)[0])
     per_tok = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv))[0])
     state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv))[0])
