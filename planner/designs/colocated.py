@@ -23,7 +23,7 @@ from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.search import candidates
 from planner.serving.batching import Engine
-from planner.serving.queueing import Curve, attainment, interpolate, serving_curve, slo_ok
+from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
 from planner.serving.slo import PERCENTILES, SLO
 from planner.serving.workload import LengthStats, Workload, length_stats
 from planner.units import HOUR_S
@@ -85,7 +85,7 @@ def _binding(curve: Curve, ok: np.ndarray, slo: SLO, row: int) -> str:
     if j >= ok.shape[1] or not np.isfinite(curve.rate[row, j]):
         return str(curve.limit[row])
     if curve.rho[row, j] >= 1:
-        return "prefill_capacity"
+        return PREFILL_CAPACITY
     for metric, values in (("ttft_s", curve.ttft), ("tpot_s", curve.tpot), ("e2e_s", curve.e2e)):
         for p, bound in getattr(slo, metric).items():
             if values[p][row, j] > bound:

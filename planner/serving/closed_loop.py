@@ -16,7 +16,7 @@ from planner.frozen import Frozen
 from planner.perf.estimate import resolve_dtypes
 from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine
-from planner.serving.queueing import serving_curve
+from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
 
 
@@ -71,7 +71,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
     n, rate, tpot = c.n[0, :last + 1], c.rate[0, :last + 1], c.tpot["mean"][0, :last + 1]
     ttft_mean = c.ttft["mean"][0, :last + 1]           # prefill service + Kingman wait (many clients ~ Poisson)
     population = rate * (ttft_mean + (output_len - 1) * tpot)        # Little's law
-    limit = str(c.limit[0]) if last == c.n.shape[1] - 1 else "prefill_capacity"
+    limit = str(c.limit[0]) if last == c.n.shape[1] - 1 else PREFILL_CAPACITY
     if concurrency is None or concurrency >= population[-1]:
         i = last
         x, t, ttft = rate[i], tpot[i], ttft_mean[i]

@@ -48,7 +48,8 @@ _Z = {"p50": 0.0, "p90": float(ndtri(0.9)), "p99": float(ndtri(0.99))}
 _QV = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 # limit codes per grid point
-OK, KV, BUDGET, SEQS, UNSTABLE = "ok", "kv_cache_memory", "iteration_token_budget", "max_num_seqs", "prefill_capacity"
+KV, BUDGET, SEQS = "kv_cache_memory", "iteration_token_budget", "max_num_seqs"
+PREFILL_CAPACITY = "prefill_capacity"   # the arrival rate exceeds what prefill can serve (rho >= 1)
 
 
 @dataclass(frozen=True)
