@@ -8,14 +8,12 @@ as a CLI call with interpreter start-up), and `planner whatif` wall time.
 
 from __future__ import annotations
 
-import os
-import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+from _timing import best_of, machine_line
 
 import planner
 from planner.perf.estimate import evaluate
@@ -27,18 +25,8 @@ from planner.scenario import load_scenario
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def best_of(fn, repeat=3):
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return min(out)
-
-
 def main() -> None:
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"numpy {np.__version__}")
+    print(machine_line())
     m, hw = planner.model("llama-3.1-70b"), planner.hardware("h100-sxm")
     rng = np.random.default_rng(0)
     for n in (10_000, 100_000):
@@ -54,7 +42,8 @@ def main() -> None:
     t = best_of(lambda: run_scenario(everything))
     print(f"same search on all {len(planner.list_hardware())} catalog profiles: {t:.3f} s in process")
     for label, cmd in (
-        ("planner plan llama70b-slo-search --json", ["plan", str(ROOT / "scenarios/llama70b-slo-search.yaml"), "--json"]),
+        ("planner plan llama70b-slo-search --json",
+         ["plan", str(ROOT / "scenarios/llama70b-slo-search.yaml"), "--json"]),
         ("planner whatif (Llama-3.1-70B, H100, TP8)", ["whatif", "--model", "llama-3.1-70b", "--hardware", "h100-sxm",
                                                       "--tp", "8", "--batch", "16", "--input-len", "2048",
                                                       "--output-len", "256", "--json"]),

@@ -1,20 +1,19 @@
 """Speed of the serving evaluators (run: python benchmarks/bench_serving.py).
 
 Prints: analytic candidate evaluations per second (one candidate = a layout's whole steady-state
-curve of 40 load points), simulated requests per second (100k requests), and wall times of
+curve of queueing.GRID = 48 load points), simulated requests per second (100k requests), and wall times of
 `planner whatif` and `planner plan` including interpreter start-up.
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _timing import best_of, machine_line
 
 import planner
 from planner.perf.ops import DTypes
@@ -27,18 +26,8 @@ from planner.serving.workload import Workload, length_stats
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def best_of(fn, repeat=3):
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
 def main() -> None:
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"numpy {np.__version__}")
+    print(machine_line())
     m, hw = planner.model("llama-3.1-70b"), planner.hardware("h100-sxm")
     w = Workload(rate=10, trace="azure-conv-2023")
     stats = length_stats(w)
