@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from planner.catalog.frameworks import framework
+from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import hardware
 from planner.errors import PlannerError
 from planner.frozen import Frozen
@@ -72,12 +72,13 @@ def load_points(path: Path | None = None) -> Dataset:
     return ds
 
 
-def predict(p: Point) -> float:
-    """The model's value for point ``p`` (SI units), from catalog data only."""
+def predict(p: Point, fw: Framework | None = None) -> float:
+    """The model's value for point ``p`` (SI units), from catalog data only (``fw`` replaces the
+    point's framework entry: used by ``planner.calibrate`` to score candidate entries)."""
     from planner.perf.estimate import estimate
     from planner.serving.closed_loop import throughput
 
-    fw = framework(p.framework)
+    fw = fw or framework(p.framework)
     hw = fw.apply(hardware(p.hardware))
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
@@ -123,4 +124,7 @@ def validate(path: Path | None = None) -> dict:
                     summary.setdefault(role, {}).setdefault(vendor, {})[kind] = {
                         "n": int(errs.size), "median_abs_rel_error": float(np.median(errs)),
                         "p90_abs_rel_error": float(np.quantile(errs, 0.9))}
-    return {"points": [r.model_dump() for r in rows], "summary": summary}
+    from planner.calibrate import gemm_sweeps
+
+    sweeps = [{k: v for k, v in s.items() if not k.endswith("_tflops")} for s in gemm_sweeps()]
+    return {"points": [r.model_dump() for r in rows], "summary": summary, "microbenchmarks": sweeps}

@@ -24,3 +24,11 @@ def print_validation(result: dict) -> None:
                 s.add_row(role, vendor, kind, str(v["n"]), f"{100 * v['median_abs_rel_error']:.1f}%",
                           f"{100 * v['p90_abs_rel_error']:.1f}%")
     out.print(s)
+    if result.get("microbenchmarks"):
+        g = Table(title="GEMM shape sweeps replayed through the roofline (profile gemm + kernel_latency)")
+        for col in ("hardware", "dtype", "shapes", "median", "P90"):
+            g.add_column(col)
+        for m in result["microbenchmarks"]:
+            g.add_row(m["hardware"], m["dtype"], str(m["shapes"]), f"{100 * m['median_abs_rel_error']:.1f}%",
+                      f"{100 * m['p90_abs_rel_error']:.1f}%")
+        out.print(g)

@@ -119,6 +119,7 @@ class Efficiency(Frozen):
     memory: Fraction
     scale_up: Fraction
     scale_out: Fraction
+    kernel_latency: Seconds   # fixed time of every compute kernel (launch, ramp-up, tail)
     step_overhead: Seconds
 
 

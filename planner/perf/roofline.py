@@ -1,9 +1,13 @@
 """Roofline time of a forward step.
 
-Each operator takes ``max(FLOPs / (peak x gemm_eff), bytes / (HBM bw x mem_eff))`` on its device;
-collectives take their alpha-beta time on the link they use (``comm.py``). Compute and
-communication are not overlapped (conservative: engines overlap part of it), and a fixed
-per-step engine overhead is added (profile ``efficiency.step_overhead``).
+Each compute operator takes ``kernel_latency + max(FLOPs / (peak x gemm_eff), bytes / (HBM bw x
+mem_eff))`` on its device: Hockney's (r_inf, n_1/2) form, in which a kernel reaches the plateau
+fraction ``gemm_eff`` only when its work dwarfs the fixed launch/ramp/tail time, so small GEMMs
+(decode, TP-sharded projections) run far below peak. Both factors are fitted on a public GEMM
+shape sweep (profile sources, ``tests/test_calibration.py``). Collectives take their alpha-beta
+time on the link they use (``comm.py``). Compute and communication are not overlapped
+(conservative: engines overlap part of it), and a fixed per-step engine overhead is added
+(profile ``efficiency.step_overhead``).
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ class OpTime:
     compute_s: np.ndarray
     memory_s: np.ndarray
     comm_s: np.ndarray
+    fixed_s: float = 0.0   # per-kernel latency (compute operators only)
 
     @property
     def time_s(self) -> np.ndarray:
-        return self.op.count * np.maximum(np.maximum(self.compute_s, self.memory_s), self.comm_s)
+        return self.op.count * (np.maximum(np.maximum(self.compute_s, self.memory_s), self.comm_s) + self.fixed_s)
 
     @property
     def bound(self) -> np.ndarray:
@@ -80,9 +85,9 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     bw = hw.memory.bandwidth.value * hw.efficiency.memory.value
     compute = np.asarray(op.flops, dtype=float) / peak
     memory = np.asarray(op.mem_bytes, dtype=float) / bw
-    comm = (collective_time(hw, op.kind.value, op.comm_bytes, op.group) if op.kind in COMM_KINDS
-            else np.zeros(()))
-    return OpTime(op, compute, memory, comm)
+    if op.kind in COMM_KINDS:
+        return OpTime(op, compute, memory, collective_time(hw, op.kind.value, op.comm_bytes, op.group))
+    return OpTime(op, compute, memory, np.zeros(()), hw.efficiency.kernel_latency.value)
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:

@@ -1,0 +1,101 @@
+"""Calibration: hardware factors against microbenchmarks, framework entries against their
+calibration points.
+
+``gemm_sweeps()`` replays every GEMM shape sweep in ``validation/microbenchmarks/`` through the
+roofline (``op_time``) with the device's profile, so the profile's ``gemm`` plateau and
+``kernel_latency`` can be checked against the measurements they were fitted on.
+
+``python -m planner.calibrate vllm-2023`` grid-searches the framework's per-step overhead and its
+GEMM / memory / scale-up link scales, scoring each setting by the mean absolute relative error over
+the validation points with ``role: calibration`` and ``framework: <name>``; held-out points are
+never read. It prints the best settings, to be copied into ``catalog/frameworks.yaml`` with the
+points named in the note. The grids are coarse on purpose: a framework entry describes an engine
+generation, not a fit to the last digit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import Framework, framework
+from planner.catalog.hardware import Figure, Seconds, hardware
+from planner.validate import Point, default_path, load_points, predict
+
+OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
+SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+LINK_SCALES = (0.25, 0.5, 1.0)
+
+
+def gemm_sweep(path: Path) -> dict:
+    """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``
+    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel."""
+    from planner.perf.ops import DTypes, Op, OpKind
+    from planner.perf.roofline import op_time
+
+    profile, _, dtype = path.stem.partition("-gemm-")
+    hw, dt = hardware(profile), DType(dtype)
+    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]   # no comments, header
+    m, n, k, measured = np.loadtxt(rows, delimiter=",", ndmin=2).T
+    flops = 2.0 * m * n * k
+    op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
+    predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
+    err = np.abs(predicted / measured - 1.0)
+    return {"hardware": profile, "dtype": dtype, "shapes": int(m.size),
+            "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
+            "predicted_tflops": predicted, "measured_tflops": measured}
+
+
+def gemm_sweeps() -> list[dict]:
+    folder = default_path().parent / "microbenchmarks"
+    return [gemm_sweep(p) for p in sorted(folder.glob("*-gemm-*.csv"))]
+
+
+def calibration_points(name: str) -> list[Point]:
+    return [p for p in load_points().points if p.framework == name and p.role == "calibration"]
+
+
+def score(fw: Framework, points: list[Point]) -> float:
+    """Mean absolute relative error of framework entry ``fw`` on ``points``."""
+    return float(np.mean([abs(predict(p, fw) - p.value) / p.value for p in points]))
+
+
+def fit(name: str, *, memory: bool = False, link: bool = False) -> tuple[float, Framework]:
+    """Best (error, framework) over the grid; memory and link scales are searched only if asked."""
+    base = framework(name)
+    points = calibration_points(name)
+    if not points:
+        raise SystemExit(f"framework {name!r} has no calibration points in validation/measurements.yaml")
+    best: tuple[float, Framework] | None = None
+    for ms, g, m, lk in itertools.product(OVERHEAD_MS, SCALES, SCALES if memory else (None,),
+                                           LINK_SCALES if link else (None,)):
+        fw = base.model_copy(update={
+            "step_overhead": Seconds(value=ms * 1e-3, source="calibrated"),
+            "gemm_scale": Figure(value=g, source="calibrated"),
+            "memory_scale": Figure(value=m, source="calibrated") if m else base.memory_scale,
+            "link_scale": Figure(value=lk, source="calibrated") if lk else base.link_scale})
+        err = score(fw, points)
+        if best is None or err < best[0]:
+            best = (err, fw)
+    assert best is not None
+    return best
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link]")
+    err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv)
+    points = calibration_points(argv[0])
+    print(f"{argv[0]}: mean abs error {err:.1%} on {len(points)} points ({', '.join(p.id for p in points)})")
+    for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale"):
+        f = getattr(fw, field)
+        if f is not None:
+            print(f"  {field}: {f.value:g}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
