@@ -170,6 +170,9 @@ def whatif(
     output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per sequence."),
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
     kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
+    mtp_tokens: int = typer.Option(0, "--mtp-tokens", min=0, help="MTP draft tokens per decode step."),
+    mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
+                                         help="Probability a draft token is accepted (given its predecessor was)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown."),
 ) -> None:
@@ -179,7 +182,7 @@ def whatif(
 
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
-                 kv_dtype=kv_dtype.value if kv_dtype else None)
+                 kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance)
     if json_out:
         print_json(e.model_dump(mode="json"))
     else:

@@ -39,6 +39,8 @@ class Point(Frozen):
     output_len: int = Field(ge=1)
     batch: int | None = Field(None, ge=1)
     concurrency: int | None = Field(None, ge=1)
+    mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
+    mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
     metric: Metric
     value: float = Field(gt=0)
     source: str
@@ -86,7 +88,8 @@ def predict(p: Point, fw: Framework | None = None) -> float:
                        engine=fw.engine(), **kw)
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s)
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
-    e = estimate(p.model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len, **kw)
+    e = estimate(p.model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len,
+                 mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
     if p.metric == "prefill_s":
         return e.ttft_s
     if p.metric == "decode_step_s":
@@ -94,6 +97,30 @@ def predict(p: Point, fw: Framework | None = None) -> float:
     if p.metric == "batch_latency_s":
         return e.e2e_s
     return (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators      # prefill tokens/s per device
+
+
+def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256) -> dict:
+    """Decode throughput per device at a TPOT bound, the way serving papers quote it: the largest
+    batch per device (same deployment as point ``p``) whose predicted TPOT meets the bound and
+    fits in memory, and ``batch / TPOT`` there. All batches are evaluated in one vectorized call."""
+    from planner.catalog.model_catalog import model
+    from planner.perf.estimate import Speculation, evaluate, resolve_dtypes
+    from planner.perf.parallel import Layout
+
+    m, hw = model(p.model), framework(p.framework).apply(hardware(p.hardware))
+    lay = Layout.of(p.tp, p.ep, p.pp)
+    devices = int(np.ravel(lay.devices)[0])
+    per_dev = np.arange(1, max_batch_per_device + 1)
+    r = evaluate(m, hw, lay, per_dev * devices, p.input_len, p.output_len,
+                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype), Speculation(p.mtp_tokens, p.mtp_acceptance))
+    tpot = np.ravel(r.tpot_s)
+    ok = (tpot <= tpot_bound_s) & np.ravel(r.memory.fits)
+    if not ok.any():
+        return {"tpot_bound_s": tpot_bound_s, "batch_per_device": 0, "tokens_per_s_per_device": 0.0,
+                "min_tpot_s": float(tpot.min())}
+    i = int(np.flatnonzero(ok)[-1])
+    return {"tpot_bound_s": tpot_bound_s, "batch_per_device": int(per_dev[i]),
+            "tokens_per_s_per_device": float(per_dev[i] / tpot[i]), "min_tpot_s": float(tpot.min())}
 
 
 class Row(BaseModel):

@@ -27,6 +27,12 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("max batch that fits", f"{mem.max_batch:,}"),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
+    if e.mtp_tokens:
+        from planner.perf.estimate import Speculation
+
+        per_step = Speculation(e.mtp_tokens, e.mtp_acceptance).tokens_per_step
+        rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: {per_step:.2f} "
+                               "tokens per decode step (TPOT = step / that; comm is per step)"))
     if e.usd_per_h is not None:
         rows.append(("cost", f"${e.usd_per_h:,.2f}/h, ${e.usd_per_million_output_tokens:,.2f} per M output tokens"))
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))

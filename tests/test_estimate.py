@@ -65,3 +65,14 @@ def test_bad_input(kwargs, match):
     args = dict(tp=1, batch=1, input_len=100, output_len=10) | kwargs
     with pytest.raises(InputError, match=match):
         planner.estimate("llama-3.1-70b", "h100-sxm", **args)
+
+
+def test_mtp_tokens_per_step_and_wasted_drafts():
+    from planner.perf.estimate import Speculation, estimate
+
+    assert Speculation(1, 0.7).tokens_per_step == pytest.approx(1.7)
+    assert Speculation(3, 0.5).tokens_per_step == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    kw = dict(tp=8, batch=8, input_len=2048, output_len=64, weight_dtype="fp8")
+    base = estimate("deepseek-v3", "h200", **kw).tpot_s
+    assert estimate("deepseek-v3", "h200", mtp_tokens=1, mtp_acceptance=0.0, **kw).tpot_s > base   # drafts all rejected
+    assert estimate("deepseek-v3", "h200", mtp_tokens=1, mtp_acceptance=0.8, **kw).tpot_s < base   # memory-bound decode

@@ -5,6 +5,11 @@ The batch's prompts are prefilled together (TTFT = that step's time), then decod
 not change, so its mean over the output is taken with Simpson's rule at the first, middle and
 last context length (closed form across tokens, no per-token loop).
 
+With multi-token prediction (``Speculation``: ``k`` draft tokens per step, each accepted with
+probability ``p`` given its predecessors were), a decode step runs the ``k`` draft steps of the MTP
+module and verifies ``1 + k`` tokens per sequence in one pass of the main model; it yields
+``(1 - p^(k+1)) / (1 - p)`` tokens per sequence on average, and TPOT is the step time over that.
+
 With pipeline parallelism (pp > 1): prefill streams the prompts as ``batch`` micro-batches,
 ``TTFT = (batch + pp - 1) / pp x t(one prompt, all layers)``; decode keeps ``pp`` micro-batches
 of ``batch / pp`` sequences in flight, so one token of every sequence takes ``t(batch / pp, all
@@ -26,11 +31,33 @@ from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.memory import MemoryUse, memory_use
-from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
-from planner.perf.roofline import StepTime, step_time
+from planner.perf.roofline import StepTime, op_time, step_time
 
 _SIMPSON = ((0.0, 1 / 6), (0.5, 4 / 6), (1.0, 1 / 6))
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Multi-token prediction in decode: ``draft_tokens`` per step, ``acceptance`` = probability
+    that a draft token is accepted given the previous one was (a property of model and data)."""
+
+    draft_tokens: int = 0
+    acceptance: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.draft_tokens < 0 or not 0.0 <= self.acceptance < 1.0:
+            raise InputError(f"MTP needs draft_tokens >= 0 and acceptance in [0, 1), got "
+                             f"{self.draft_tokens} and {self.acceptance}")
+
+    @property
+    def tokens_per_step(self) -> float:
+        p = self.acceptance
+        return (1.0 - p ** (self.draft_tokens + 1)) / (1.0 - p)
+
+
+NO_SPECULATION = Speculation()
 
 
 def _first(a) -> float:
@@ -71,7 +98,7 @@ def _pipeline_p2p(hw: HardwareProfile, model: ModelSpec, lay: Layout, tokens, dt
 
 
 def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_len, output_len,
-             dtypes: DTypes) -> PhaseTimes:
+             dtypes: DTypes, spec: Speculation = NO_SPECULATION) -> PhaseTimes:
     """TTFT, TPOT and memory for arrays of candidates (no validation; see ``estimate``)."""
     batch, input_len, output_len = (np.asarray(x, dtype=float) for x in (batch, input_len, output_len))
     pp = lay.pp
@@ -81,14 +108,16 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     fill = np.where(pp > 1, (batch + pp - 1) / pp, 1.0)
     ttft = pre.layers_s * fill + pre.overhead_s + (pp - 1) * _pipeline_p2p(hw, model, lay, input_len, dtypes)
     # decode: Simpson over the context length, pp micro-batches of batch/pp sequences
-    dec_b = batch / pp
+    dec_b, k = batch / pp, spec.draft_tokens
     tpot, mid = 0.0, None
     for frac, w in _SIMPSON:
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
-        st = step_time(model, hw, lay, Step.of(dec_b, 1.0, ctx), dtypes)
-        tpot = tpot + w * st.total_s
+        st = step_time(model, hw, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
+        draft = sum(op_time(hw, op, dtypes).time_s for op in mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx),
+                                                                             dtypes)) if k else 0.0
+        tpot = tpot + w * (st.total_s + k * draft)
         mid = st if frac == 0.5 else mid
-    tpot = tpot + pp * _pipeline_p2p(hw, model, lay, dec_b, dtypes)
+    tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
     ops = layer_ops(model, lay, Step.of(batch, 1.0, input_len), dtypes)
     mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len)
     return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
@@ -128,6 +157,8 @@ class Estimate(Frozen):
     output_len: int
     weight_dtype: str
     kv_dtype: str
+    mtp_tokens: int = 0
+    mtp_acceptance: float = 0.0
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -159,15 +190,18 @@ def _positive_int(name: str, value) -> int:
 
 def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1,
              ep: int = 1, batch: int = 1, input_len: int, output_len: int,
-             weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None) -> Estimate:
-    """Roofline estimate of one instance serving one batch (see module docstring)."""
+             weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
+             mtp_tokens: int = 0, mtp_acceptance: float = 0.0) -> Estimate:
+    """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
+    draft tokens per decode step, each accepted with probability ``mtp_acceptance``."""
     m, hw = get_model(model), get_hardware(hardware)
     tp, pp, ep, batch = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay)
-    r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes)
+    spec = Speculation(mtp_tokens, mtp_acceptance)
+    r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes, spec)
     f = _first
     ttft, tpot = f(r.ttft_s), f(r.tpot_s)
     e2e = ttft + (output_len - 1) * tpot
@@ -180,6 +214,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     return Estimate(
         model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, accelerators=devices, batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
+        mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
         total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,
         memory=MemoryEstimate(
@@ -230,11 +265,12 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
 
 def operator_breakdown(e: Estimate) -> list[dict]:
     """Per-operator rows (phase, op, layers, time, FLOPs, bytes, bound) behind an ``Estimate``:
-    the prefill step and the decode step at the middle context length, per device."""
+    the prefill step and the decode step at the middle context length, per device (with MTP, the
+    verifying pass of the main model; the draft steps are in TPOT, not in these rows)."""
     m, hw = get_model(e.model), get_hardware(e.hardware)
     dtypes = resolve_dtypes(m, e.weight_dtype, e.kv_dtype)
     lay = Layout.of(e.tp, e.ep, e.pp)
-    r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes)
+    r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes, Speculation(e.mtp_tokens, e.mtp_acceptance))
     rows = []
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):
         for t in st.ops:

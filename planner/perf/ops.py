@@ -142,7 +142,9 @@ def _attention(c: _Ctx, n: int) -> list[Op]:
 def _mla(c: _Ctx, n: int) -> list[Op]:
     """DeepSeek MLA under TP over heads; the latent cache is replicated on every TP rank.
     Prefill decompresses K/V (kv_b) and runs MHA; decode absorbs kv_b into q and o and
-    attends in the 512+64-wide latent space (DeepSeek-V2 paper, Sec. 2.1.2 and App. C)."""
+    attends in the 512+64-wide latent space (DeepSeek-V2 paper, Sec. 2.1.2 and App. C). Which
+    form a step uses is whichever needs fewer FLOPs: many new tokens per sequence favour
+    decompression, a few (decode, MTP verification) over a long context favour absorption."""
     m, tp, a = c.m, c.lay.tp, c.m.mla
     assert a is not None
     h, heads = m.hidden_size, m.num_heads / tp
@@ -155,16 +157,16 @@ def _mla(c: _Ctx, n: int) -> list[Op]:
     else:
         ops.append(c.gemm("q_proj", n, h, heads * (dn + dr)))
     ops.append(c.gemm("kv_a_proj", n, h, r + dr))
-    prefill = q > 1
     kv_b_params = r * heads * (dn + dv)
     decompress = 2.0 * c.b_loc * (ctx + q) * kv_b_params
     absorb = 2.0 * T * heads * (dn * r + r * dv)
+    mha = 2.0 * heads * c.pairs * (dn + dr + dv)
+    latent = 2.0 * heads * c.pairs * (r + dr + r)
+    prefill = decompress + mha < absorb + latent     # engines run the cheaper form (decode, MTP verify: absorb)
     ops.append(Op("kv_b_proj", OpKind.gemm, n, flops=np.where(prefill, decompress, absorb),
                   weight_bytes=kv_b_params * c.dt.weight.bytes, params=kv_b_params,
                   act_bytes=np.where(prefill, c.b_loc * (ctx + q) * (r + heads * (dn + dv)), T * heads * 2 * r)
                   * c.dt.act.bytes))
-    mha = 2.0 * heads * c.pairs * (dn + dr + dv)
-    latent = 2.0 * heads * c.pairs * (r + dr + r)
     ops.append(Op("attention", OpKind.attention, n, flops=np.where(prefill, mha, latent),
                   act_bytes=2 * T * heads * (dn + dr) * c.dt.act.bytes,
                   kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes))
@@ -275,6 +277,19 @@ def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> l
         ops += mixer_fn(c, count) + _FFNS[ffn](c, count) + [_norms(c, count, mixer)]
     ops += _embedding_and_head(c)
     return ops
+
+
+def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> list[Op]:
+    """One draft step of a multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2):
+    the last hidden state and the embedding of the token just produced are concatenated and
+    projected (``2h -> h``), run through one transformer block like the model's last layer, and
+    through the shared LM head. ``step`` has one new token per sequence."""
+    c = _Ctx(model, layout, step, dtypes)
+    mixer, ffn = model.mixer(model.num_layers - 1), model.ffn(model.num_layers - 1)
+    mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
+    h = model.hidden_size
+    return ([c.gemm("mtp_eh_proj", 1, 2 * h, h)] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)]
+            + _embedding_and_head(c))
 
 
 def _embedding_and_head(c: _Ctx) -> list[Op]:
