@@ -1,11 +1,13 @@
 """Serving-framework entries (``catalog/frameworks.yaml``): a framework replaces the per-step
 overhead and scales the GEMM / memory / scale-up link efficiencies of a hardware profile, so old and new engines
-on the same chip can both be predicted without per-point factors."""
+on the same chip can both be predicted without per-point factors; it also sets the engine's
+scheduling defaults (sequences per iteration, KV reservation policy)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -17,6 +19,12 @@ from planner.yamlio import load_yaml, validation_error
 FRAMEWORKS_FILE = Path(__file__).resolve().parent / "frameworks.yaml"
 
 
+class KvReservation(Frozen):
+    value: Literal["on_demand", "full_length"]
+    source: str
+    note: str | None = None
+
+
 class Framework(Frozen):
     description: str
     step_overhead: Seconds | None = None
@@ -24,11 +32,18 @@ class Framework(Frozen):
     memory_scale: Figure | None = None
     link_scale: Figure | None = None
     max_num_seqs: Figure | None = None
+    kv_reservation: KvReservation | None = None
 
     def engine(self):
+        """The serving engine with this framework's defaults (the rest: ``Engine``'s)."""
         from planner.serving.batching import Engine
 
-        return Engine(max_num_seqs=int(self.max_num_seqs.value)) if self.max_num_seqs else Engine()
+        knobs: dict = {}
+        if self.max_num_seqs:
+            knobs["max_num_seqs"] = int(self.max_num_seqs.value)
+        if self.kv_reservation:
+            knobs["kv_reservation"] = self.kv_reservation.value
+        return Engine(**knobs)
 
     def apply(self, hw: HardwareProfile) -> HardwareProfile:
         eff = hw.efficiency

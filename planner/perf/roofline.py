@@ -17,10 +17,11 @@ from enum import Enum
 
 import numpy as np
 
+from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import collective_time
-from planner.perf.ops import COMM_KINDS, DTypes, Op, Step, layer_ops
+from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, layer_ops
 from planner.perf.parallel import Layout
 
 
@@ -80,8 +81,17 @@ class StepTime:
         return np.array([b.value for b in Bound], dtype=object)[np.argmax(stacked, axis=0)]
 
 
+def compute_dtype(op: Op, dtypes: DTypes) -> DType:
+    """Format an operator's matrix math runs in: GEMMs in the weight format (W8A8, W4A4; see
+    ``HardwareProfile.compute_dtype``); attention in FP8 only with an FP8 KV cache (FP8 FMHA
+    kernels), otherwise in BF16, whatever the weights (FP8/FP4 weights do not speed it up)."""
+    if op.kind is OpKind.attention:
+        return DType.fp8 if dtypes.kv is DType.fp8 else DType.bf16
+    return dtypes.weight
+
+
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
-    peak = hw.peak_flops_per_s(dtypes.weight) * hw.efficiency.gemm.value
+    peak = hw.peak_flops_per_s(compute_dtype(op, dtypes)) * hw.efficiency.gemm.value
     bw = hw.memory.bandwidth.value * hw.efficiency.memory.value
     compute = np.asarray(op.flops, dtype=float) / peak
     memory = np.asarray(op.mem_bytes, dtype=float) / bw

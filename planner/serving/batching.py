@@ -10,6 +10,7 @@ merged (``perf.ops.merge_ops``): one weight read serves both.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -30,6 +31,10 @@ class Engine(Frozen):
     chunked_prefill: bool = True
     max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
     max_num_seqs: int = Field(1024, ge=1, description="most sequences decoding at once")
+    kv_reservation: Literal["on_demand", "full_length"] = Field(
+        "on_demand", description="on_demand: KV pages allocated as tokens are generated, the newest sequence "
+        "preempted when the pool overflows (vLLM); full_length: a request is admitted only with KV for its whole "
+        "prompt + output reserved, never preempted (TensorRT-LLM's default GUARANTEED_NO_EVICT)")
 
 
 @dataclass(frozen=True)

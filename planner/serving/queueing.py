@@ -9,12 +9,14 @@ candidate), which gives everything else explicitly, with no inner solve:
   ``p`` tokens at the marginal cost of a prompt-sized chunk (prompts arrive in compute-bound
   lumps, mixed into the iteration with chunked prefill or run before it without);
 * Little's law: the request rate this sustains is ``lambda(n) = n / (E[O] TPOT(n))``;
-* TTFT: prefill is a single server of ``mu`` tokens/s (the iteration budget left by decodes);
-  the wait follows Kingman's G/G/1 approximation ``E[W] = rho/(1-rho) (ca^2 + cs^2)/2 E[S]``
+* TTFT: prefill is a single server of ``mu`` tokens/s (the iteration budget left by decodes,
+  packed with queued prompts); a request's own prompt then runs at the pace of a prompt-sized
+  chunk; the wait follows Kingman's G/G/1 approximation ``E[W] = rho/(1-rho) (ca^2 + cs^2)/2 E[S]``
   with an exponential tail beyond the probability ``rho`` of waiting;
 * TPOT percentiles: normal, with the variance of the decode batch (~Poisson(n), M/G/inf, scaled
   by the arrival burstiness ``ca^2``) plus that of the prompt lumps landing in a request's gaps;
-* limits: KV-cache memory (``n`` sequences at their length-biased mean context), the iteration
+* limits: KV-cache memory (``n`` sequences at their length-biased mean context, or at their full
+  prompt + output length when the engine reserves it at admission), the iteration
   token budget, ``max_num_seqs``, and ``rho < 1``.
 
 Less accurate than the simulator near saturation (rho > ~0.85), for heavy-tailed prompt lengths
@@ -91,7 +93,8 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
                      stats: LengthStats) -> tuple[np.ndarray, np.ndarray]:
     """(largest mean decode batch, the limit that sets it) per candidate."""
     free = free_kv_bytes_device(model, hw, lay, dtypes)
-    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv) * stats.mean_decode_ctx
+    held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
+    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv) * held
                + state_bytes_per_sequence_device(model, lay, dtypes.kv)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
     dp = lay.attention_dp                       # engine limits apply per attention replica
@@ -118,21 +121,25 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
     chunk = np.minimum(np.maximum(C - n, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
+    # While prompts queue, the engine packs as many as its budget holds into each iteration: that,
+    # not one prompt per iteration, is the prefill server's capacity (it matters for short prompts).
+    packed = np.maximum(C - n, chunk) if engine.chunked_prefill else np.maximum(C, chunk) + 0 * n
     busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
     n_with_chunk = busy_n if engine.chunked_prefill else 0 * n
-    it = iteration(model, hw, L, dtypes, np.concatenate([busy_n, n_with_chunk], 1), ctx,
-                   np.concatenate([0 * n, chunk], 1), Lp)
-    t_dec, t_chunk = np.split(it.time_s, 2, axis=1)
-    p_dec, p_chunk = np.split(it.power_w, 2, axis=1)
+    it = iteration(model, hw, L, dtypes, np.concatenate([busy_n, n_with_chunk, n_with_chunk], 1), ctx,
+                   np.concatenate([0 * n, chunk, packed], 1), Lp)
+    t_dec, t_chunk, t_packed = np.split(it.time_s, 3, axis=1)
+    p_dec, p_chunk, _ = np.split(it.power_w, 3, axis=1)
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
     tpot = t_dec + p * marginal
-    mu = chunk / t_chunk                       # prompt tokens/s while the prefill queue is busy
+    mu = packed / t_packed                     # prompt tokens/s while the prefill queue is busy
     power = (p_dec * t_dec + p_chunk * p * marginal) / tpot
     idle = hw.power.idle.value
     power = idle + (power - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
     rate = n / (O * tpot)
     rho = rate * I / mu
-    s_mean = I / mu
+    s_mean = I / mu                            # server time per request (Kingman's E[S])
+    own = t_chunk / chunk                      # s per token of a request's own prompt, riding its iterations
     cs2 = stats.second_prefill / I**2 - 1
     with np.errstate(divide="ignore", invalid="ignore"):
         wait = np.where(rho < 1, rho / (1 - rho) * (arrival_scv + cs2) / 2 * s_mean, np.inf)
@@ -142,14 +149,14 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     var_tpot = (np.maximum(slope, 0) ** 2 * n * arrival_scv
                 + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
     sd_tpot = np.sqrt(var_tpot)
-    ttft = {"mean": wait + s_mean + tpot}
+    ttft = {"mean": wait + I * own + tpot}
     tpot_q = {"mean": tpot}
     e2e = {}
     for k, (pq, oq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles, strict=True), strict=True):
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
-        ttft[k] = w_q + pq / mu + tpot
+        ttft[k] = w_q + pq * own + tpot
         tpot_q[k] = tpot + _Z[k] * sd_tpot
         # the median request: median TTFT and median output; tails: mean TTFT plus the output tail
         e2e[k] = (ttft[k] if k == "p50" else ttft["mean"]) + (oq - 1) * tpot_q[k]

@@ -159,6 +159,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here."""
     budget_total, max_seqs, chunked = engine.max_batched_tokens * dp, engine.max_num_seqs * dp, engine.chunked_prefill
+    reserve_all = engine.kv_reservation == "full_length"
     arr = arrival_s[ids]
     need_prefill = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
     full_in = input_len[ids].astype(np.int64)
@@ -172,6 +173,11 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     kv_used = 0.0
     generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.int64)
     admitted = np.zeros(len(ids), dtype=bool)
+
+    def held(r: int) -> float:
+        """KV bytes request ``r`` holds now (all it will ever need, if reserved at admission)."""
+        return (full_in[r] + (out[r] if reserve_all else generated[r])) * per_tok + state
+
     now, nxt, energy, preemptions, iters = 0.0, 0, 0.0, 0, 0
     n_total = len(ids)
     finished = 0
@@ -183,7 +189,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             joined = []
             while waiting and remaining_prefill[waiting[0]] == 0 and len(run_id) + len(joined) < max_seqs:
                 r = waiting[0]
-                need = (full_in[r] + generated[r]) * per_tok + state
+                need = held(r)
                 if kv_used + need > kv_free:
                     break
                 kv_used += need
@@ -209,7 +215,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
             if not admitted[r]:
-                need = (full_in[r] + generated[r]) * per_tok + state
+                need = held(r)
                 if kv_used + need > kv_free:
                     break                          # admission waits for KV space (FCFS)
                 kv_used += need
@@ -236,7 +242,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
                 horizon = int(run_left.min())
                 if nxt < n_total:
                     horizon = min(horizon, max(1, int(np.ceil((arr[nxt] - now) / tau))))
-                room = int((kv_free - kv_used) // (n_dec * per_tok)) if per_tok > 0 else horizon
+                room = int((kv_free - kv_used) // (n_dec * per_tok)) if per_tok > 0 and not reserve_all else horizon
                 steps = max(1, min(horizon, room))
                 if steps > 1:
                     tau, watts = table(n_dec, ctx_mean + (steps - 1) / 2, 0)
@@ -249,19 +255,20 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             run_ctx += steps
             ctx_sum += n_dec * steps
             generated[run_id] += steps
-            kv_used += n_dec * per_tok * steps
+            if not reserve_all:
+                kv_used += n_dec * per_tok * steps
             fin = run_left <= 0
             if fin.any():
                 for r in run_id[fin]:
                     done[ids[r]] = now
-                    kv_used -= (full_in[r] + generated[r]) * per_tok + state
+                    kv_used -= held(r)
                 finished += int(fin.sum())
                 keep = ~fin
                 ctx_sum -= float(run_ctx[fin].sum())
                 run_id, run_left, run_ctx = run_id[keep], run_left[keep], run_ctx[keep]
             while kv_used > kv_free and len(run_id):          # preempt the newest, recompute later
                 r = int(run_id[-1])
-                kv_used -= (full_in[r] + generated[r]) * per_tok + state
+                kv_used -= held(r)
                 admitted[r] = False
                 remaining_prefill[r] = need_prefill[r] + generated[r]
                 waiting.appendleft(r)
@@ -280,7 +287,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
                 left = out[r] - generated[r]
                 if left <= 0:
                     done[ids[r]] = now
-                    kv_used -= (full_in[r] + generated[r]) * per_tok + state
+                    kv_used -= held(r)
                     finished += 1
                 else:
                     new_ids.append(r)

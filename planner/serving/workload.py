@@ -209,6 +209,7 @@ class LengthStats(Frozen):
     second_prefill: float       # E[prefill tokens^2]
     mean_output: float
     mean_decode_ctx: float      # context of a decoding sequence, length-biased by output length
+    mean_full_len: float        # prompt + output of a decoding sequence, length-biased likewise
     prefill_quantiles: tuple[float, float, float]   # P50, P90, P99 of prefill tokens
     output_quantiles: tuple[float, float, float]
     mean_prompt_len: float      # prompt length a prefill token belongs to (token-weighted)
@@ -238,6 +239,7 @@ def length_stats_of(i: np.ndarray, o: np.ndarray, p: np.ndarray, prefix_hit: flo
     return LengthStats(
         mean_input=float(p @ i), mean_prefill=float(p @ pre), second_prefill=float(p @ pre**2),
         mean_output=float(p @ o), mean_decode_ctx=float((p * o) @ ctx / (p @ o)),
+        mean_full_len=float((p * o) @ (i + o) / (p @ o)),
         prefill_quantiles=tuple(float(x) for x in weighted_quantile(pre, p, QUANTILES)),
         output_quantiles=tuple(float(x) for x in weighted_quantile(o, p, QUANTILES)),
         mean_prompt_len=float((p * pre) @ i / (p @ pre)),
