@@ -29,6 +29,7 @@ from planner.validate import Point, default_path, load_points, predict
 OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
 SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LINK_SCALES = (0.25, 0.5, 1.0)
+RING_HOP_US = (2.5, 5, 7.5, 10, 15)
 
 
 def gemm_sweep(path: Path) -> dict:
@@ -64,20 +65,22 @@ def score(fw: Framework, points: list[Point]) -> float:
     return float(np.mean([abs(predict(p, fw) - p.value) / p.value for p in points]))
 
 
-def fit(name: str, *, memory: bool = False, link: bool = False) -> tuple[float, Framework]:
-    """Best (error, framework) over the grid; memory and link scales are searched only if asked."""
+def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False) -> tuple[float, Framework]:
+    """Best (error, framework) over the grid; memory and link scales and the ring-hop latency are
+    searched only if asked."""
     base = framework(name)
     points = calibration_points(name)
     if not points:
         raise SystemExit(f"framework {name!r} has no calibration points in validation/measurements.yaml")
     best: tuple[float, Framework] | None = None
-    for ms, g, m, lk in itertools.product(OVERHEAD_MS, SCALES, SCALES if memory else (None,),
-                                           LINK_SCALES if link else (None,)):
+    for ms, g, m, lk, hop in itertools.product(OVERHEAD_MS, SCALES, SCALES if memory else (None,),
+                                                LINK_SCALES if link else (None,), RING_HOP_US if ring else (None,)):
         fw = base.model_copy(update={
             "step_overhead": Seconds(value=ms * 1e-3, source="calibrated"),
             "gemm_scale": Figure(value=g, source="calibrated"),
             "memory_scale": Figure(value=m, source="calibrated") if m else base.memory_scale,
-            "link_scale": Figure(value=lk, source="calibrated") if lk else base.link_scale})
+            "link_scale": Figure(value=lk, source="calibrated") if lk else base.link_scale,
+            "ring_hop_latency": Seconds(value=hop * 1e-6, source="calibrated") if hop else base.ring_hop_latency})
         err = score(fw, points)
         if best is None or err < best[0]:
             best = (err, fw)
@@ -87,11 +90,11 @@ def fit(name: str, *, memory: bool = False, link: bool = False) -> tuple[float, 
 
 def main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link]")
-    err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv)
+        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring]")
+    err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv, ring="--ring" in argv)
     points = calibration_points(argv[0])
     print(f"{argv[0]}: mean abs error {err:.1%} on {len(points)} points ({', '.join(p.id for p in points)})")
-    for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale"):
+    for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale", "ring_hop_latency"):
         f = getattr(fw, field)
         if f is not None:
             print(f"  {field}: {f.value:g}")

@@ -126,6 +126,7 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
 class Row(BaseModel):
     id: str
     vendor: str
+    framework: str
     metric: str
     kind: str            # latency | throughput
     role: str
@@ -139,19 +140,26 @@ def validate(path: Path | None = None) -> dict:
     rows = []
     for p in ds.points:
         pred = predict(p)
-        rows.append(Row(id=p.id, vendor=p.vendor, metric=p.metric, kind="latency" if p.metric in LATENCY
-                        else "throughput", role=p.role, measured=p.value, predicted=pred,
-                        rel_error=(pred - p.value) / p.value))
-    summary: dict[str, dict] = {}
-    for role in ("held_out", "calibration"):
-        for vendor in sorted({r.vendor for r in rows}):
-            for kind in ("latency", "throughput"):
-                errs = np.abs([r.rel_error for r in rows if r.role == role and r.vendor == vendor and r.kind == kind])
-                if errs.size:
-                    summary.setdefault(role, {}).setdefault(vendor, {})[kind] = {
-                        "n": int(errs.size), "median_abs_rel_error": float(np.median(errs)),
-                        "p90_abs_rel_error": float(np.quantile(errs, 0.9))}
+        rows.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, metric=p.metric,
+                        kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,
+                        predicted=pred, rel_error=(pred - p.value) / p.value))
     from planner.calibrate import gemm_sweeps
 
     sweeps = [{k: v for k, v in s.items() if not k.endswith("_tflops")} for s in gemm_sweeps()]
-    return {"points": [r.model_dump() for r in rows], "summary": summary, "microbenchmarks": sweeps}
+    return {"points": [r.model_dump() for r in rows], "summary": _summary(rows, "vendor"),
+            "summary_by_framework": _summary(rows, "framework"), "microbenchmarks": sweeps}
+
+
+def _summary(rows: list[Row], by: str) -> dict[str, dict]:
+    """{role: {group: {latency|throughput: {n, median_abs_rel_error, p90_abs_rel_error}}}}."""
+    out: dict[str, dict] = {}
+    for role in ("held_out", "calibration"):
+        for group in sorted({getattr(r, by) for r in rows}):
+            for kind in ("latency", "throughput"):
+                errs = np.abs([r.rel_error for r in rows
+                               if r.role == role and getattr(r, by) == group and r.kind == kind])
+                if errs.size:
+                    out.setdefault(role, {}).setdefault(group, {})[kind] = {
+                        "n": int(errs.size), "median_abs_rel_error": float(np.median(errs)),
+                        "p90_abs_rel_error": float(np.quantile(errs, 0.9))}
+    return out

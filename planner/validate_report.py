@@ -15,15 +15,16 @@ def print_validation(result: dict) -> None:
         t.add_row(p["id"], p["role"], p["metric"], f"{p['measured']:.4g}", f"{p['predicted']:.4g}",
                   f"{100 * p['rel_error']:+.0f}%")
     out.print(t)
-    s = Table(title="Summary: absolute relative error")
-    for col in ("points", "vendor", "metric", "n", "median", "P90"):
-        s.add_column(col)
-    for role, vendors in result["summary"].items():
-        for vendor, kinds in vendors.items():
-            for kind, v in kinds.items():
-                s.add_row(role, vendor, kind, str(v["n"]), f"{100 * v['median_abs_rel_error']:.1f}%",
-                          f"{100 * v['p90_abs_rel_error']:.1f}%")
-    out.print(s)
+    for key, label in (("summary", "vendor"), ("summary_by_framework", "framework")):
+        s = Table(title=f"Summary by {label}: absolute relative error")
+        for col in ("points", label, "metric", "n", "median", "P90"):
+            s.add_column(col)
+        for role, groups in result[key].items():
+            for group, kinds in groups.items():
+                for kind, v in kinds.items():
+                    s.add_row(role, group, kind, str(v["n"]), f"{100 * v['median_abs_rel_error']:.1f}%",
+                              f"{100 * v['p90_abs_rel_error']:.1f}%")
+        out.print(s)
     if result.get("microbenchmarks"):
         g = Table(title="GEMM shape sweeps replayed through the roofline (profile gemm + kernel_latency)")
         for col in ("hardware", "dtype", "shapes", "median", "P90"):

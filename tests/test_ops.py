@@ -108,3 +108,18 @@ def test_vectorized_over_candidates():
     ops = layer_ops(m, Layout.of(tp, 1, 1), Step.of(np.array([1, 1, 1, 1]), 1, 100), BF16)
     qkv = next(o for o in ops if o.name == "qkv_proj")
     assert np.allclose(np.asarray(qkv.flops) * tp, float(np.asarray(qkv.flops)[0]))
+
+
+def test_ring_all_reduce_latency_grows_with_the_group():
+    # An engine that all-reduces with NCCL rings pays 2 (n - 1) hop latencies per all-reduce; a
+    # one-shot kernel (the profile default) pays the link latency once, whatever the group.
+    from planner.catalog.frameworks import framework
+    from planner.perf.comm import collective_time
+
+    hw = planner.hardware("h100-sxm")
+    ring = framework("vllm-2023").apply(hw)
+    hop = ring.scale_up.ring_hop_latency.value
+    for n in (2, 4, 8):
+        assert float(collective_time(hw, "all_reduce", 0.0, n)) == pytest.approx(10e-6)
+        assert float(collective_time(ring, "all_reduce", 0.0, n)) == pytest.approx(2 * (n - 1) * hop)
+    assert float(collective_time(ring, "all_to_all", 0.0, 8)) == pytest.approx(10e-6)   # rings only for all-reduce

@@ -33,6 +33,7 @@ class Framework(Frozen):
     link_scale: Figure | None = None
     max_num_seqs: Figure | None = None
     kv_reservation: KvReservation | None = None
+    ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
 
     def engine(self):
         """The serving engine with this framework's defaults (the rest: ``Engine``'s)."""
@@ -56,6 +57,9 @@ class Framework(Frozen):
                 base = getattr(eff, field)
                 update[field] = Fraction(value=min(1.0, base.value * scale.value), source=base.source,
                                          note=f"x {scale.value} ({scale.source})")
+        if self.ring_hop_latency is not None:
+            hw = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(
+                update={"ring_hop_latency": self.ring_hop_latency})})
         return hw.model_copy(update={"efficiency": eff.model_copy(update=update)}) if update else hw
 
 

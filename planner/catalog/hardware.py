@@ -96,7 +96,8 @@ class Link(Frozen):
     name: str | None = None
     bandwidth_per_direction: Bandwidth
     domain_size: Count | None = None
-    latency: Seconds
+    latency: Seconds                     # of one collective (one-shot / NVLS all-reduce, one all-to-all)
+    ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
 
 
 class Power(Frozen):

@@ -4,8 +4,11 @@ Bandwidths are per device and per direction; the efficiency is the measured bus 
 that (``nccl-tests`` busbw). A group that fits in the scale-up domain uses the scale-up link,
 otherwise the slowest hop, the scale-out NIC, bounds it.
 
-* ring all-reduce of ``S`` bytes over ``n`` devices: ``2 (n-1)/n * S / B + alpha``
-  (the busbw convention of nccl-tests, so efficiencies calibrated on busbw plug in directly);
+* all-reduce of ``S`` bytes over ``n`` devices: ``2 (n-1)/n * S / B + alpha`` (the busbw
+  convention of nccl-tests, so efficiencies calibrated on busbw plug in directly). ``alpha`` is
+  the link's one-collective latency (one-shot / NVLS kernels of modern engines), or, where the
+  link gives a ``ring_hop_latency`` (NCCL ring, as engines without custom all-reduce use),
+  ``2 (n-1)`` hops of it: small all-reduces then cost more the larger the TP group;
 * all-to-all where each device sends ``S`` bytes spread over ``n`` peers: ``(n-1)/n * S / B + alpha``;
 * point-to-point of ``S`` bytes: ``S / B + alpha``.
 """
@@ -33,6 +36,9 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
     """Seconds of one collective; zero where the group is a single device."""
     group = np.asarray(group, dtype=float)
     bw, lat = link_of(hw, group)
+    hop = hw.scale_up.ring_hop_latency
+    if kind == "all_reduce" and hop is not None:
+        lat = np.where(group <= hw.domain_size, 2.0 * (group - 1) * hop.value, lat)
     factor = 1.0 if kind == "p2p" else _SHAPE[kind] * (group - 1) / np.maximum(group, 1)
     t = factor * np.asarray(payload_bytes, dtype=float) / bw + lat
     return np.where(group > 1, t, 0.0)
