@@ -67,10 +67,16 @@ class StepTime:
         return self.layers_s + self.overhead_s
 
     def time_by_bound(self) -> dict[Bound, np.ndarray]:
+        """Seconds of the operators limited by each resource (numeric masks: this runs on every
+        candidate and load point of a search, so no per-element strings)."""
         out = {b: 0.0 for b in Bound}
         for t in self.ops:
-            for b in Bound:
-                out[b] = out[b] + np.where(t.bound == b.value, t.time_s, 0.0)
+            ts = t.time_s
+            comm = np.asarray(t.comm_s) > 0
+            compute = ~comm & (np.asarray(t.compute_s) >= np.asarray(t.memory_s))
+            out[Bound.comm] = out[Bound.comm] + np.where(comm, ts, 0.0)
+            out[Bound.compute] = out[Bound.compute] + np.where(compute, ts, 0.0)
+            out[Bound.memory] = out[Bound.memory] + np.where(comm | compute, 0.0, ts)
         return out
 
     @property
