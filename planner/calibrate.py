@@ -51,9 +51,44 @@ def gemm_sweep(path: Path) -> dict:
             "predicted_tflops": predicted, "measured_tflops": measured}
 
 
+def _folder() -> Path:
+    return default_path().parent / "microbenchmarks"
+
+
 def gemm_sweeps() -> list[dict]:
-    folder = default_path().parent / "microbenchmarks"
-    return [gemm_sweep(p) for p in sorted(folder.glob("*-gemm-*.csv"))]
+    return [gemm_sweep(p) for p in sorted(_folder().glob("*-gemm-*.csv"))]
+
+
+def allreduce_sweep(path: Path) -> dict:
+    """An all-reduce bus-bandwidth sweep (``<profile>-allreduce<n>-nccl.csv``: size_bytes,
+    busbw_gbs) against the alpha-beta form of ``comm.py``: the best-fitting (busbw, latency) pair
+    (least squares on log time) and how well that form describes the curve, plus the profile's own
+    large-message bus bandwidth against the measured plateau. The profile's latency is that of an
+    engine's one-shot all-reduce kernel, not NCCL's, so it is not compared with the fitted one."""
+    from scipy.optimize import least_squares
+
+    profile, _, rest = path.stem.partition("-allreduce")
+    n = int(rest.split("-")[0])
+    hw = hardware(profile)
+    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
+    size, busbw = np.loadtxt(rows, delimiter=",", ndmin=2).T
+    factor = 2.0 * (n - 1) / n
+    t = factor * size / (busbw * 1e9)
+
+    def model(p):
+        return factor * size / (p[0] * 1e9) + p[1] * 1e-6
+
+    fit = least_squares(lambda p: np.log(model(p) / t), [busbw.max(), 20.0], bounds=([1, 0], [1e4, 1e4]))
+    err = np.abs(model(fit.x) / t - 1.0)
+    profile_busbw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value / 1e9
+    return {"hardware": profile, "devices": n, "sizes": int(size.size),
+            "fitted_busbw_gbs": float(fit.x[0]), "fitted_latency_us": float(fit.x[1]),
+            "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
+            "measured_plateau_gbs": float(busbw.max()), "profile_busbw_gbs": profile_busbw}
+
+
+def allreduce_sweeps() -> list[dict]:
+    return [allreduce_sweep(p) for p in sorted(_folder().glob("*-allreduce*-nccl.csv"))]
 
 
 def calibration_points(name: str) -> list[Point]:

@@ -143,11 +143,12 @@ def validate(path: Path | None = None) -> dict:
         rows.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, metric=p.metric,
                         kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,
                         predicted=pred, rel_error=(pred - p.value) / p.value))
-    from planner.calibrate import gemm_sweeps
+    from planner.calibrate import allreduce_sweeps, gemm_sweeps
 
     sweeps = [{k: v for k, v in s.items() if not k.endswith("_tflops")} for s in gemm_sweeps()]
     return {"points": [r.model_dump() for r in rows], "summary": _summary(rows, "vendor"),
-            "summary_by_framework": _summary(rows, "framework"), "microbenchmarks": sweeps}
+            "summary_by_framework": _summary(rows, "framework"), "microbenchmarks": sweeps,
+            "collectives": allreduce_sweeps()}
 
 
 def _summary(rows: list[Row], by: str) -> dict[str, dict]:

@@ -33,3 +33,14 @@ def print_validation(result: dict) -> None:
             g.add_row(m["hardware"], m["dtype"], str(m["shapes"]), f"{100 * m['median_abs_rel_error']:.1f}%",
                       f"{100 * m['p90_abs_rel_error']:.1f}%")
         out.print(g)
+    if result.get("collectives"):
+        c = Table(title="All-reduce sweeps (NCCL/RCCL, 1 KiB-8 GiB): alpha-beta fit and the profile's bus bandwidth")
+        for col in ("hardware", "GPUs", "fitted busbw", "fitted latency", "fit median", "fit P90",
+                    "measured plateau", "profile busbw"):
+            c.add_column(col)
+        for m in result["collectives"]:
+            c.add_row(m["hardware"], str(m["devices"]), f"{m['fitted_busbw_gbs']:.0f} GB/s",
+                      f"{m['fitted_latency_us']:.0f} us", f"{100 * m['median_abs_rel_error']:.1f}%",
+                      f"{100 * m['p90_abs_rel_error']:.1f}%", f"{m['measured_plateau_gbs']:.0f} GB/s",
+                      f"{m['profile_busbw_gbs']:.0f} GB/s")
+        out.print(c)

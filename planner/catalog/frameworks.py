@@ -51,12 +51,16 @@ class Framework(Frozen):
         update = {}
         if self.step_overhead is not None:
             update["step_overhead"] = self.step_overhead
+        def scaled(base: Fraction, scale: Figure) -> Fraction:
+            return Fraction(value=min(1.0, base.value * scale.value), source=base.source,
+                            note=f"x {scale.value} ({scale.source})")
+
         for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale),
                              ("scale_up", self.link_scale)):
             if scale is not None:
-                base = getattr(eff, field)
-                update[field] = Fraction(value=min(1.0, base.value * scale.value), source=base.source,
-                                         note=f"x {scale.value} ({scale.source})")
+                update[field] = scaled(getattr(eff, field), scale)
+        if self.gemm_scale is not None and eff.gemm_by_format:
+            update["gemm_by_format"] = {f: scaled(v, self.gemm_scale) for f, v in eff.gemm_by_format.items()}
         if self.ring_hop_latency is not None:
             hw = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(
                 update={"ring_hop_latency": self.ring_hop_latency})})

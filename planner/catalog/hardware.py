@@ -117,11 +117,17 @@ class Efficiency(Frozen):
     """Achievable fractions of peak, each from a public microbenchmark (see its source)."""
 
     gemm: Fraction
+    gemm_by_format: dict[DType, Fraction] = {}   # plateaus measured for other formats (e.g. fp8)
     memory: Fraction
     scale_up: Fraction
     scale_out: Fraction
     kernel_latency: Seconds   # fixed time of every compute kernel (launch, ramp-up, tail)
     step_overhead: Seconds
+
+    def gemm_plateau(self, fmt: DType) -> float:
+        """Achievable fraction of peak of large GEMMs in ``fmt`` (the format-specific
+        measurement if the profile has one, else the general ``gemm``)."""
+        return (self.gemm_by_format.get(fmt) or self.gemm).value
 
 
 class HardwareProfile(Frozen):

@@ -97,7 +97,8 @@ def compute_dtype(op: Op, dtypes: DTypes) -> DType:
 
 
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
-    peak = hw.peak_flops_per_s(compute_dtype(op, dtypes)) * hw.efficiency.gemm.value
+    fmt = hw.compute_dtype(compute_dtype(op, dtypes))
+    peak = hw.peak_flops_per_s(fmt) * hw.efficiency.gemm_plateau(fmt)
     bw = hw.memory.bandwidth.value * hw.efficiency.memory.value
     compute = np.asarray(op.flops, dtype=float) / peak
     memory = np.asarray(op.mem_bytes, dtype=float) / bw
