@@ -47,14 +47,15 @@ class Framework(Frozen):
         return Engine(**knobs)
 
     def apply(self, hw: HardwareProfile) -> HardwareProfile:
-        eff = hw.efficiency
-        update = {}
-        if self.step_overhead is not None:
-            update["step_overhead"] = self.step_overhead
+        """``hw`` as this engine generation sees it (the profile itself is not changed)."""
         def scaled(base: Fraction, scale: Figure) -> Fraction:
             return Fraction(value=min(1.0, base.value * scale.value), source=base.source,
                             note=f"x {scale.value} ({scale.source})")
 
+        eff = hw.efficiency
+        update = {}
+        if self.step_overhead is not None:
+            update["step_overhead"] = self.step_overhead
         for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale),
                              ("scale_up", self.link_scale)):
             if scale is not None:
