@@ -170,7 +170,9 @@ def whatif(
     output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per sequence."),
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
     kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
-    mtp_tokens: int = typer.Option(0, "--mtp-tokens", min=0, help="MTP draft tokens per decode step."),
+    mtp_tokens: int = typer.Option(0, "--mtp-tokens", min=0, help=(
+        "Draft tokens per decode step (multi-token prediction; the draft module is one layer like the "
+        "model's last plus the LM head).")),
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),

@@ -121,7 +121,8 @@ class Efficiency(Frozen):
     memory: Fraction
     scale_up: Fraction
     scale_out: Fraction
-    kernel_latency: Seconds   # fixed time of every compute kernel (launch, ramp-up, tail)
+    kernel_latency: Seconds = Seconds(   # fixed time of every compute kernel (launch, ramp-up, tail)
+        value=6.2e-6, source="kernel_latency_assumed", note="default: the H100 fit (xla_h100_gemm)")
     step_overhead: Seconds
 
     def gemm_plateau(self, fmt: DType) -> float:
