@@ -70,6 +70,9 @@ def run_scenario(scn: Scenario):
             alternatives.append(d)
     stats = length_stats(scn.workload)
     notes, sim = [], None
+    if scn.engine.mtp_tokens:
+        notes.append(f"decode with {scn.engine.mtp_tokens} MTP draft token(s), {scn.engine.mtp_acceptance:.0%} "
+                     f"accepted: {scn.engine.speculation.tokens_per_step:.2f} tokens per decode step")
     analytic_k = best.instances
     if scn.simulate is not None:
         spec = scn.simulate

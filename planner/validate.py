@@ -104,8 +104,9 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
     batch per device (same deployment as point ``p``) whose predicted TPOT meets the bound and
     fits in memory, and ``batch / TPOT`` there. All batches are evaluated in one vectorized call."""
     from planner.catalog.model_catalog import model
-    from planner.perf.estimate import Speculation, evaluate, resolve_dtypes
+    from planner.perf.estimate import evaluate, resolve_dtypes
     from planner.perf.parallel import Layout
+    from planner.perf.speculation import Speculation
 
     m, hw = model(p.model), framework(p.framework).apply(hardware(p.hardware))
     lay = Layout.of(p.tp, p.ep, p.pp)

@@ -28,7 +28,7 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
     if e.mtp_tokens:
-        from planner.perf.estimate import Speculation
+        from planner.perf.speculation import Speculation
 
         per_step = Speculation(e.mtp_tokens, e.mtp_acceptance).tokens_per_step
         rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: {per_step:.2f} "

@@ -68,7 +68,8 @@ def test_bad_input(kwargs, match):
 
 
 def test_mtp_tokens_per_step_and_wasted_drafts():
-    from planner.perf.estimate import Speculation, estimate
+    from planner.perf.estimate import estimate
+    from planner.perf.speculation import Speculation
 
     assert Speculation(1, 0.7).tokens_per_step == pytest.approx(1.7)
     assert Speculation(3, 0.5).tokens_per_step == pytest.approx(1 + 0.5 + 0.25 + 0.125)

@@ -34,30 +34,9 @@ from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
 from planner.perf.roofline import StepTime, op_time, step_time
+from planner.perf.speculation import NO_SPECULATION, Speculation
 
 _SIMPSON = ((0.0, 1 / 6), (0.5, 4 / 6), (1.0, 1 / 6))
-
-
-@dataclass(frozen=True)
-class Speculation:
-    """Multi-token prediction in decode: ``draft_tokens`` per step, ``acceptance`` = probability
-    that a draft token is accepted given the previous one was (a property of model and data)."""
-
-    draft_tokens: int = 0
-    acceptance: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.draft_tokens < 0 or not 0.0 <= self.acceptance < 1.0:
-            raise InputError(f"MTP needs draft_tokens >= 0 and acceptance in [0, 1), got "
-                             f"{self.draft_tokens} and {self.acceptance}")
-
-    @property
-    def tokens_per_step(self) -> float:
-        p = self.acceptance
-        return (1.0 - p ** (self.draft_tokens + 1)) / (1.0 - p)
-
-
-NO_SPECULATION = Speculation()
 
 
 def _first(a) -> float:
@@ -112,10 +91,11 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     tpot, mid = 0.0, None
     for frac, w in _SIMPSON:
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
-        st = step_time(model, hw, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
-        draft = sum(op_time(hw, op, dtypes).time_s for op in mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx),
-                                                                             dtypes)) if k else 0.0
-        tpot = tpot + w * (st.total_s + k * draft)
+        ops = layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
+        if k:
+            ops += mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k)
+        st = StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
+        tpot = tpot + w * st.total_s
         mid = st if frac == 0.5 else mid
     tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
     ops = layer_ops(model, lay, Step.of(batch, 1.0, input_len), dtypes)
@@ -266,7 +246,8 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
 def operator_breakdown(e: Estimate) -> list[dict]:
     """Per-operator rows (phase, op, layers, time, FLOPs, bytes, bound) behind an ``Estimate``:
     the prefill step and the decode step at the middle context length, per device (with MTP, the
-    verifying pass of the main model; the draft steps are in TPOT, not in these rows)."""
+    verifying pass of the main model plus the ``mtp_*`` draft passes; TPOT is that step over the
+    tokens it yields)."""
     m, hw = get_model(e.model), get_hardware(e.hardware)
     dtypes = resolve_dtypes(m, e.weight_dtype, e.kv_dtype)
     lay = Layout.of(e.tp, e.ep, e.pp)

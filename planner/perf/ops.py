@@ -18,7 +18,7 @@ Conventions (per device, per layer):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -279,17 +279,19 @@ def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> l
     return ops
 
 
-def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> list[Op]:
-    """One draft step of a multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2):
-    the last hidden state and the embedding of the token just produced are concatenated and
-    projected (``2h -> h``), run through one transformer block like the model's last layer, and
+def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, passes: int = 1) -> list[Op]:
+    """``passes`` draft steps of a multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437
+    Sec. 2.2): the last hidden state and the embedding of the token just produced are concatenated
+    and projected (``2h -> h``), run through one transformer block like the model's last layer, and
     through the shared LM head. ``step`` has one new token per sequence."""
     c = _Ctx(model, layout, step, dtypes)
     mixer, ffn = model.mixer(model.num_layers - 1), model.ffn(model.num_layers - 1)
     mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
     h = model.hidden_size
-    return ([c.gemm("mtp_eh_proj", 1, 2 * h, h)] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)]
-            + _embedding_and_head(c))
+    ops = ([c.gemm("mtp_eh_proj", 1, 2 * h, h)] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)]
+           + _embedding_and_head(c))
+    return [replace(op, name=f"mtp_{op.name}" if not op.name.startswith("mtp_") else op.name,
+                    count=op.count * passes) for op in ops]
 
 
 def _embedding_and_head(c: _Ctx) -> list[Op]:

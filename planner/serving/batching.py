@@ -19,10 +19,11 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
-from planner.perf.ops import DTypes, Step, layer_ops, merge_ops
+from planner.perf.ops import DTypes, Step, layer_ops, merge_ops, mtp_draft_ops
 from planner.perf.parallel import Layout
 from planner.perf.power import step_power_w
 from planner.perf.roofline import StepTime, op_time
+from planner.perf.speculation import NO_SPECULATION, Speculation
 
 
 class Engine(Frozen):
@@ -35,6 +36,14 @@ class Engine(Frozen):
         "on_demand", description="on_demand: KV pages allocated as tokens are generated, the newest sequence "
         "preempted when the pool overflows (vLLM); full_length: a request is admitted only with KV for its whole "
         "prompt + output reserved, never preempted (TensorRT-LLM's default GUARANTEED_NO_EVICT)")
+    mtp_tokens: int = Field(0, ge=0, description="draft tokens per decode step (multi-token prediction / "
+                            "speculative decoding; the draft module is one layer like the model's last + LM head)")
+    mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="probability that a draft token is accepted, "
+                                  "given its predecessor was")
+
+    @property
+    def speculation(self) -> Speculation:
+        return Speculation(self.mtp_tokens, self.mtp_acceptance)
 
 
 @dataclass(frozen=True)
@@ -44,15 +53,18 @@ class Iteration:
 
 
 def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
-              prefill_tokens, prompt_len) -> Iteration:
-    """One iteration of ``n_decode`` decode tokens (mean context ``decode_ctx``) and
+              prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION) -> Iteration:
+    """One iteration of ``n_decode`` decoding sequences (mean context ``decode_ctx``) and
     ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
-    parallelism the batch is split in ``pp`` micro-batches that each cross every stage."""
-    pp = lay.pp
-    dec = layer_ops(model, lay, Step.of(np.asarray(n_decode, float) / pp, 1.0, decode_ctx), dtypes)
+    parallelism the batch is split in ``pp`` micro-batches that each cross every stage. With
+    speculation each decoding sequence verifies ``1 + k`` tokens and runs ``k`` draft passes."""
+    pp, k = lay.pp, spec.draft_tokens
+    n = np.asarray(n_decode, float) / pp
+    dec = layer_ops(model, lay, Step.of(n, 1.0 + k, decode_ctx), dtypes)
     pre = layer_ops(model, lay, Step.of(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                         prompt_len, 0.0), dtypes)
-    st = StepTime([op_time(hw, op, dtypes) for op in merge_ops(dec, pre)], hw.efficiency.step_overhead.value)
-    tokens = (np.asarray(n_decode, float) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
+    ops = merge_ops(dec, pre) + (mtp_draft_ops(model, lay, Step.of(n, 1.0, decode_ctx), dtypes, passes=k) if k else [])
+    st = StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
+    tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
     p2p = collective_time(hw, "p2p", tokens * model.hidden_size * dtypes.act.bytes, lay.devices)
     return Iteration(st.total_s + np.where(pp > 1, pp * p2p, 0.0), step_power_w(hw, st))

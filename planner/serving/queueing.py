@@ -3,11 +3,14 @@
 The curve is parametrized by the mean number of sequences decoding, ``n`` (a grid per
 candidate), which gives everything else explicitly, with no inner solve:
 
-* balance: per iteration ``n / E[O]`` requests finish, so ``p = n E[I_prefill] / E[O]`` prompt
+* balance: per iteration ``n tps / E[O]`` requests finish (``tps`` = tokens a sequence gains per
+  iteration: 1, or more with speculative decoding), so ``p = n tps E[I_prefill] / E[O]`` prompt
   tokens must be prefilled per iteration on average;
 * TPOT(n) = time of a decode iteration of ``n`` sequences plus the prefill time they wait for:
   ``p`` tokens at the marginal cost of a prompt-sized chunk (prompts arrive in compute-bound
-  lumps, mixed into the iteration with chunked prefill or run before it without);
+  lumps, mixed into the iteration with chunked prefill or run before it without); with
+  speculative decoding an iteration verifies ``1 + k`` tokens per sequence, runs ``k`` draft
+  passes and yields ``tps`` tokens, so TPOT is the iteration time over ``tps``;
 * Little's law: the request rate this sustains is ``lambda(n) = n / (E[O] TPOT(n))``;
 * TTFT: prefill is a single server of ``mu`` tokens/s (the iteration budget left by decodes,
   packed with queued prompts); a request's own prompt then runs at the pace of a prompt-sized
@@ -98,7 +101,8 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
                + state_bytes_per_sequence_device(model, lay, dtypes.kv)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
     dp = lay.attention_dp                       # engine limits apply per attention replica
-    n_budget = (engine.max_batched_tokens - 1.0) * dp + 0 * n_kv   # decodes must fit the token budget
+    verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration
+    n_budget = (engine.max_batched_tokens - 1.0) * dp / verify + 0 * n_kv   # decodes must fit the token budget
     limits = np.stack(np.broadcast_arrays(n_kv, n_budget, engine.max_num_seqs * dp + 0 * n_kv))
     names = np.array([KV, BUDGET, SEQS], dtype=object)
     return limits.min(axis=0), names[limits.argmin(axis=0)]
@@ -115,25 +119,29 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     n = np.where(n_max[:, None] >= 1, N_LIGHT * (top / N_LIGHT) ** frac, np.nan)
     L = Layout.of(*(np.atleast_1d(x)[:, None] for x in (lay.tp, lay.ep, lay.pp)))
     I, O, Lp, ctx = stats.mean_prefill, stats.mean_output, stats.mean_prompt_len, stats.mean_decode_ctx  # noqa: E741
-    p = n * I / O                              # prompt tokens per iteration, on average
+    spec = engine.speculation
+    tps, verify = spec.tokens_per_step, 1.0 + spec.draft_tokens   # tokens yielded / verified per sequence
+    p = n * tps * I / O                        # prompt tokens per iteration, on average
     C = engine.max_batched_tokens * np.atleast_1d(lay.attention_dp)[:, None]   # budget of the whole instance
     # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
-    chunk = np.minimum(np.maximum(C - n, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
+    room = C - n * verify                      # budget left by the decodes
+    chunk = np.minimum(np.maximum(room, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
     # While prompts queue, the engine packs as many as its budget holds into each iteration: that,
     # not one prompt per iteration, is the prefill server's capacity (it matters for short prompts).
-    packed = np.maximum(C - n, chunk) if engine.chunked_prefill else np.maximum(C, chunk) + 0 * n
+    packed = np.maximum(room, chunk) if engine.chunked_prefill else np.maximum(C, chunk) + 0 * n
     busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
     n_with_chunk = busy_n if engine.chunked_prefill else 0 * n
     it = iteration(model, hw, L, dtypes, np.concatenate([busy_n, n_with_chunk, n_with_chunk], 1), ctx,
-                   np.concatenate([0 * n, chunk, packed], 1), Lp)
+                   np.concatenate([0 * n, chunk, packed], 1), Lp, spec)
     t_dec, t_chunk, t_packed = np.split(it.time_s, 3, axis=1)
     p_dec, p_chunk, _ = np.split(it.power_w, 3, axis=1)
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
-    tpot = t_dec + p * marginal
+    t_iter = t_dec + p * marginal              # mean iteration time
+    tpot = t_iter / tps                        # each iteration yields tps tokens per sequence
     mu = packed / t_packed                     # prompt tokens/s while the prefill queue is busy
-    power = (p_dec * t_dec + p_chunk * p * marginal) / tpot
+    power = (p_dec * t_dec + p_chunk * p * marginal) / t_iter
     idle = hw.power.idle.value
     power = idle + (power - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
     rate = n / (O * tpot)
@@ -149,14 +157,14 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     var_tpot = (np.maximum(slope, 0) ** 2 * n * arrival_scv
                 + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
     sd_tpot = np.sqrt(var_tpot)
-    ttft = {"mean": wait + I * own + tpot}
+    ttft = {"mean": wait + I * own + t_iter}
     tpot_q = {"mean": tpot}
     e2e = {}
     for k, (pq, oq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles, strict=True), strict=True):
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
-        ttft[k] = w_q + pq * own + tpot
+        ttft[k] = w_q + pq * own + t_iter
         tpot_q[k] = tpot + _Z[k] * sd_tpot
         # the median request: median TTFT and median output; tails: mean TTFT plus the output tail
         e2e[k] = (ttft[k] if k == "p50" else ttft["mean"]) + (oq - 1) * tpot_q[k]

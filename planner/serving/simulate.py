@@ -47,7 +47,7 @@ class IterationTable:
         self.axes = [self._axis(1.0, max(max_decode, 2)), self._axis(16.0, max(max_ctx, 32)),
                      self._axis(16.0, max_tokens)]
         N, Cx, P = np.meshgrid(*self.axes, indexing="ij")
-        it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len)
+        it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len, engine.speculation)
         self._t = it.time_s.reshape(N.shape).tolist()      # plain floats: fast scalar lookups
         self._w = np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape).tolist()
         self._geo = [(math.log(a[1]), math.log(a[-1] / a[1]) / (len(a) - 2)) for a in self.axes]
@@ -160,6 +160,9 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here."""
     budget_total, max_seqs, chunked = engine.max_batched_tokens * dp, engine.max_num_seqs * dp, engine.chunked_prefill
     reserve_all = engine.kv_reservation == "full_length"
+    # with speculative decoding a decoding sequence verifies 1 + k tokens per iteration and gains
+    # tps of them on average (progress is tracked in expectation: token counts are floats)
+    verify, tps = 1 + engine.mtp_tokens, engine.speculation.tokens_per_step
     arr = arrival_s[ids]
     need_prefill = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
     full_in = input_len[ids].astype(np.int64)
@@ -167,11 +170,11 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     waiting: deque[int] = deque()          # local indices, FCFS; preempted go to the front
     remaining_prefill = np.zeros_like(need_prefill) if prefilled else need_prefill.copy()
     run_id = np.empty(0, dtype=np.int64)   # decoding sequences
-    run_left = np.empty(0, dtype=np.int64)
+    run_left = np.empty(0, dtype=np.float64)
     run_ctx = np.empty(0, dtype=np.float64)
     ctx_sum = 0.0
     kv_used = 0.0
-    generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.int64)
+    generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.float64)
     admitted = np.zeros(len(ids), dtype=bool)
 
     def held(r: int) -> float:
@@ -198,7 +201,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             if joined:
                 left = out[joined] - generated[joined]
                 run_id = np.concatenate([run_id, joined]).astype(np.int64)
-                run_left = np.concatenate([run_left, left]).astype(np.int64)
+                run_left = np.concatenate([run_left, left]).astype(np.float64)
                 ctx = (full_in[joined] + generated[joined]).astype(np.float64)
                 run_ctx = np.concatenate([run_ctx, ctx])
                 ctx_sum += float(ctx.sum())
@@ -208,7 +211,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             continue
         # ---- schedule prompt tokens ----
         prefill_only = (not chunked) and bool(waiting)
-        budget = budget_total if prefill_only else budget_total - n_dec
+        budget = budget_total if prefill_only else budget_total - n_dec * verify
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
         for r in waiting:
@@ -239,25 +242,27 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event: an arrival,
                 # a sequence finishing, or the KV pool filling
-                horizon = int(run_left.min())
+                horizon = max(1, math.ceil(run_left.min() / tps - 1e-9))
                 if nxt < n_total:
                     horizon = min(horizon, max(1, int(np.ceil((arr[nxt] - now) / tau))))
-                room = int((kv_free - kv_used) // (n_dec * per_tok)) if per_tok > 0 and not reserve_all else horizon
+                room = (int((kv_free - kv_used) // (n_dec * per_tok * tps)) if per_tok > 0 and not reserve_all
+                        else horizon)
                 steps = max(1, min(horizon, room))
                 if steps > 1:
-                    tau, watts = table(n_dec, ctx_mean + (steps - 1) / 2, 0)
+                    tau, watts = table(n_dec, ctx_mean + (steps - 1) * tps / 2, 0)
         now += tau * steps
         energy += tau * steps * watts
         iters += steps
         # ---- decode progress ----
         if n_dec and not prefill_only:
-            run_left -= steps
-            run_ctx += steps
-            ctx_sum += n_dec * steps
-            generated[run_id] += steps
+            gain = steps * tps
+            run_left -= gain
+            run_ctx += gain
+            ctx_sum += n_dec * gain
+            generated[run_id] += gain
             if not reserve_all:
-                kv_used += n_dec * per_tok * steps
-            fin = run_left <= 0
+                kv_used += n_dec * per_tok * gain
+            fin = run_left <= 1e-9
             if fin.any():
                 for r in run_id[fin]:
                     done[ids[r]] = now
@@ -270,7 +275,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
                 r = int(run_id[-1])
                 kv_used -= held(r)
                 admitted[r] = False
-                remaining_prefill[r] = need_prefill[r] + generated[r]
+                remaining_prefill[r] = need_prefill[r] + round(generated[r])
                 waiting.appendleft(r)
                 ctx_sum -= float(run_ctx[-1])
                 run_id, run_left, run_ctx = run_id[:-1], run_left[:-1], run_ctx[:-1]
@@ -295,7 +300,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
                     new_ctx.append(full_in[r] + generated[r])
         if new_ids:
             run_id = np.concatenate([run_id, new_ids]).astype(np.int64)
-            run_left = np.concatenate([run_left, new_left]).astype(np.int64)
+            run_left = np.concatenate([run_left, new_left]).astype(np.float64)
             run_ctx = np.concatenate([run_ctx, new_ctx]).astype(np.float64)
             ctx_sum += float(sum(new_ctx))
     return energy, preemptions, iters, now
