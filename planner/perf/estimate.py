@@ -91,9 +91,8 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     tpot, mid = 0.0, None
     for frac, w in _SIMPSON:
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
-        ops = layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
-        if k:
-            ops += mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k)
+        ops = (layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
+               + mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k))
         st = StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
         tpot = tpot + w * st.total_s
         mid = st if frac == 0.5 else mid

@@ -283,15 +283,16 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
     """``passes`` draft steps of a multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437
     Sec. 2.2): the last hidden state and the embedding of the token just produced are concatenated
     and projected (``2h -> h``), run through one transformer block like the model's last layer, and
-    through the shared LM head. ``step`` has one new token per sequence."""
+    through the shared LM head. ``step`` has one new token per sequence; no passes, no operators."""
+    if passes == 0:
+        return []
     c = _Ctx(model, layout, step, dtypes)
     mixer, ffn = model.mixer(model.num_layers - 1), model.ffn(model.num_layers - 1)
     mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
     h = model.hidden_size
-    ops = ([c.gemm("mtp_eh_proj", 1, 2 * h, h)] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)]
+    ops = ([c.gemm("eh_proj", 1, 2 * h, h)] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)]
            + _embedding_and_head(c))
-    return [replace(op, name=f"mtp_{op.name}" if not op.name.startswith("mtp_") else op.name,
-                    count=op.count * passes) for op in ops]
+    return [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in ops]
 
 
 def _embedding_and_head(c: _Ctx) -> list[Op]:

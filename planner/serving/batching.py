@@ -63,7 +63,7 @@ def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     dec = layer_ops(model, lay, Step.of(n, 1.0 + k, decode_ctx), dtypes)
     pre = layer_ops(model, lay, Step.of(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                         prompt_len, 0.0), dtypes)
-    ops = merge_ops(dec, pre) + (mtp_draft_ops(model, lay, Step.of(n, 1.0, decode_ctx), dtypes, passes=k) if k else [])
+    ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.of(n, 1.0, decode_ctx), dtypes, passes=k)
     st = StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
     tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
     p2p = collective_time(hw, "p2p", tokens * model.hidden_size * dtypes.act.bytes, lay.devices)
