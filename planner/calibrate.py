@@ -32,6 +32,12 @@ LINK_SCALES = (0.25, 0.5, 1.0)
 RING_HOP_US = (2.5, 5, 7.5, 10, 15)
 
 
+def _columns(path: Path) -> np.ndarray:
+    """The numeric columns of a bundled sweep (``#`` comment lines and the header skipped)."""
+    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
+    return np.loadtxt(rows, delimiter=",", ndmin=2).T
+
+
 def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``
     with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel."""
@@ -40,8 +46,7 @@ def gemm_sweep(path: Path) -> dict:
 
     profile, _, dtype = path.stem.partition("-gemm-")
     hw, dt = hardware(profile), DType(dtype)
-    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]   # no comments, header
-    m, n, k, measured = np.loadtxt(rows, delimiter=",", ndmin=2).T
+    m, n, k, measured = _columns(path)
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
@@ -70,8 +75,7 @@ def allreduce_sweep(path: Path) -> dict:
     profile, _, rest = path.stem.partition("-allreduce")
     n = int(rest.split("-")[0])
     hw = hardware(profile)
-    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
-    size, busbw = np.loadtxt(rows, delimiter=",", ndmin=2).T
+    size, busbw = _columns(path)
     factor = 2.0 * (n - 1) / n
     t = factor * size / (busbw * 1e9)
 

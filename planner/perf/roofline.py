@@ -87,17 +87,18 @@ class StepTime:
         return np.array([b.value for b in Bound], dtype=object)[np.argmax(stacked, axis=0)]
 
 
-def compute_dtype(op: Op, dtypes: DTypes) -> DType:
-    """Format an operator's matrix math runs in: GEMMs in the weight format (W8A8, W4A4; see
-    ``HardwareProfile.compute_dtype``); attention in FP8 only with an FP8 KV cache (FP8 FMHA
-    kernels), otherwise in BF16, whatever the weights (FP8/FP4 weights do not speed it up)."""
+def operand_dtype(op: Op, dtypes: DTypes) -> DType:
+    """Format an operator's matrix operands are in: GEMMs the weight format, attention FP8 only
+    with an FP8 KV cache (FP8 FMHA kernels), otherwise BF16, whatever the weights (FP8/FP4 weights
+    do not speed attention up). ``HardwareProfile.compute_dtype`` then says which tensor-core
+    format the chip runs that in (W8A8, W4A4, or BF16 for weight-only formats)."""
     if op.kind is OpKind.attention:
         return DType.fp8 if dtypes.kv is DType.fp8 else DType.bf16
     return dtypes.weight
 
 
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
-    fmt = hw.compute_dtype(compute_dtype(op, dtypes))
+    fmt = hw.compute_dtype(operand_dtype(op, dtypes))
     peak = hw.peak_flops_per_s(fmt) * hw.efficiency.gemm_plateau(fmt)
     bw = hw.memory.bandwidth.value * hw.efficiency.memory.value
     compute = np.asarray(op.flops, dtype=float) / peak
