@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -106,11 +106,55 @@ class Power(Frozen):
     memory_bound_activity: Fraction = Fraction(
         value=0.49, source="splitwisesim_power",
         note="(token-phase 380 W - idle 75 W) / (TDP 700 W - 75 W) on H100; A100 gives 0.55")
+    # Memory-bound kernels are limited by HBM at full clock, but the SMs must still issue the
+    # loads: below a clock fraction of 1 / headroom the issue rate, not HBM, limits them.
+    memory_clock_headroom: Figure = Figure(
+        value=1.35, source="capping_memory_bound",
+        note="decode unaffected down to f = 0.76 (50% power cap on H100), so >= 1.32")
 
 
 class Price(Frozen):
     rent: UsdPerHour | None = None
     purchase_usd: Figure | None = None
+
+
+class Tokens(Figure):
+    """A length in tokens."""
+
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be a positive number of tokens, got {v}")
+        return v
+
+
+class AttentionKernels(Frozen):
+    """Efficiency of the attention kernels, which are not GEMM-shaped.
+
+    Prefill (FlashAttention-class) kernels reach a plateau fraction of the tensor-core peak only
+    when every query block streams many keys: per (sequence, head, query block) a CTA pays a fixed
+    prologue/epilogue, so the achieved rate follows Hockney's form in the keys a query attends
+    to, ``prefill x L / (L + prefill_half_keys)``. Decode (paged) kernels are memory-bound: they
+    read each sequence's K/V pages once, and per (sequence, KV head) a fixed setup and split-K
+    reduction costs the same as streaming ``decode_half_ctx`` tokens, so the achieved HBM fraction
+    is ``memory x ctx / (ctx + decode_half_ctx)``."""
+
+    prefill: Fraction
+    prefill_half_keys: Tokens
+    decode_half_ctx: Tokens
+
+
+class MemoryPolicy(Frozen):
+    """How the serving engine sizes its KV-cache pool (an engine property, set by a framework).
+
+    ``total_fraction``: the engine may use ``fraction`` of the device's total memory for weights,
+    activations and KV cache (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``);
+    ``free_fraction``: the KV cache gets ``fraction`` of the memory still free after weights and
+    activations are loaded (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction``)."""
+
+    kind: Literal["total_fraction", "free_fraction"]
+    fraction: Fraction
 
 
 class Efficiency(Frozen):
@@ -123,7 +167,19 @@ class Efficiency(Frozen):
     scale_out: Fraction
     kernel_latency: Seconds = Seconds(   # fixed time of every compute kernel (launch, ramp-up, tail)
         value=6.2e-6, source="kernel_latency_assumed", note="default: the H100 fit (xla_h100_gemm)")
+    attention: AttentionKernels = AttentionKernels(
+        prefill=Fraction(value=0.68, source="fa3_h100", note="default: the H100 FlashAttention-3 fit"),
+        prefill_half_keys=Tokens(value=216, source="fa3_h100"),
+        decode_half_ctx=Tokens(value=128, source="paged_decode_assumed"))
     step_overhead: Seconds
+    sequence_overhead: Seconds = Seconds(value=0.0, source="engine_overhead",
+                                         note="per running sequence per step; set by a framework")
+    request_overhead: Seconds = Seconds(value=0.0, source="engine_overhead",
+                                        note="per request, added to its TTFT; set by a framework")
+    moe_imbalance: Figure = Figure(value=1.0, source="engine_overhead",
+                                   note="max/mean expert load from routing skew; set by a framework")
+    fp8_dispatch: bool = False       # EP dispatch sent in FP8 (DeepEP-class), combine in BF16
+    overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
 
     def gemm_plateau(self, fmt: DType) -> float:
         """Achievable fraction of peak of large GEMMs in ``fmt`` (the format-specific
@@ -144,6 +200,10 @@ class HardwareProfile(Frozen):
     power: Power
     price: Price = Price()
     efficiency: Efficiency
+    memory_policy: MemoryPolicy = MemoryPolicy(
+        kind="total_fraction", fraction=Fraction(value=0.9, source="vllm_memory",
+                                                 note="vLLM gpu_memory_utilization default"))
+    framework: str | None = None   # the serving framework entry applied to this profile, if any
     sources: dict[str, str] = {}
     base: str | None = None
 

@@ -98,6 +98,7 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
             num_shared_experts=c.int("n_shared_experts", "num_shared_experts", default=0),
             shared_intermediate_size=c.int("moe_intermediate_size"),
             dense_layers=tuple(range(c.int("first_k_dense_replace", default=0))),
+            num_groups=c.opt_int("n_group"), groups_per_token=c.opt_int("topk_group"),
         )
     if model_type == "qwen3_next":
         every = c.int("full_attention_interval")

@@ -43,6 +43,9 @@ class MoE(Frozen):
     num_shared_experts: int = Field(0, ge=0)
     shared_intermediate_size: int = Field(0, ge=0, description="per shared expert")
     dense_layers: tuple[int, ...] = Field((), description="0-based layers whose FFN is dense")
+    num_groups: int | None = Field(None, gt=0, description="expert groups (DeepSeek n_group)")
+    groups_per_token: int | None = Field(None, gt=0, description="groups a token may route to (DeepSeek "
+                                         "topk_group: node-limited routing, V3 paper Sec. 2.1.2)")
 
     @model_validator(mode="after")
     def _check(self) -> MoE:

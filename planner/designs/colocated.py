@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -97,7 +98,7 @@ def evaluate_candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep
                         weight_dtypes: list[DType], kv_dtype: DType | None, engine: Engine, stats: LengthStats,
                         arrival_scv: float, slo: SLO) -> list[_Evaluated]:
     out = []
-    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
         curve = serving_curve(model, hw, lay, dtypes, engine, stats, arrival_scv)
         out.append(_Evaluated(hw, dtypes, lay, curve, slo_ok(curve, slo)))
     return out
@@ -208,7 +209,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     from planner.serving.slo import judge
 
     k = instances or d.instances
-    hw = get_hardware(d.hardware)
+    hw = with_framework(get_hardware(d.hardware), engine.framework)
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     lay = Layout.of(d.tp, d.ep, d.pp)
     arrival, inp, out = workload.sample(requests, seed)

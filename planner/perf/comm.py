@@ -42,3 +42,28 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
     factor = 1.0 if kind == "p2p" else _SHAPE[kind] * (group - 1) / np.maximum(group, 1)
     t = factor * np.asarray(payload_bytes, dtype=float) / bw + lat
     return np.where(group > 1, t, 0.0)
+
+
+
+def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, group) -> np.ndarray:
+    """One EP dispatch or combine, DeepEP-style (hierarchical). ``intra_bytes`` = what a device
+    sends (its tokens times their ``k`` expert copies), ``token_bytes`` = its tokens once,
+    ``draws`` = domains a token may target (``k``, or the node limit of group-limited routing).
+
+    Inside one scale-up domain it is an all-to-all on that link. Across ``N`` domains each token
+    crosses the NIC once per remote domain it reaches - drawing ``m`` times from ``N`` domains
+    reaches ``N (1 - (1 - 1/N)^m)`` of them, ``(N-1)/N`` of those remote - and is then forwarded
+    to its experts over the scale-up link (DeepEP internode kernels: RDMA then NVLink). The two
+    stages pipeline, so the slower one bounds the time."""
+    group = np.asarray(group, dtype=float)
+    dom = float(hw.domain_size)
+    up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
+    out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
+    intra = np.asarray(intra_bytes, dtype=float)
+    t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + hw.scale_up.latency.value
+    nodes = np.maximum(np.ceil(group / dom), 1.0)
+    reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
+    t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw + hw.scale_out.latency.value
+    t_fwd = (dom - 1) / dom * intra / up_bw
+    t = np.where(group <= dom, t_in, np.maximum(t_nic, t_fwd))
+    return np.where(group > 1, t, 0.0)

@@ -18,9 +18,6 @@ from planner.catalog.model import ModelSpec
 from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops
 from planner.perf.parallel import Layout
 
-# vLLM's default gpu_memory_utilization = 0.9: 10% of HBM stays out of the engine's pool (CUDA/HIP
-# context, graphs, allocator fragmentation). vLLM engine arguments documentation.
-MEMORY_UTILIZATION = 0.9
 # Tokens a prefill step processes at once (vLLM V1 default max_num_batched_tokens = 8192 for
 # online serving on large GPUs); sizes the activation workspace.
 PREFILL_CHUNK_TOKENS = 8192
@@ -63,12 +60,23 @@ def workspace_bytes(model: ModelSpec, layout: Layout, dtypes: DTypes):
     return PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
 
 
+def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
+    """Device memory the engine keeps out of its KV pool beyond weights and workspace, by its
+    policy (``HardwareProfile.memory_policy``): ``(1 - f) x total`` for vLLM/SGLang-style
+    engines, ``(1 - f) x (total - weights - workspace)`` for TensorRT-LLM's free fraction."""
+    cap, pol = hw.memory.capacity.value, hw.memory_policy
+    f = pol.fraction.value
+    if pol.kind == "free_fraction":
+        return (1 - f) * np.maximum(cap - np.asarray(weights) - np.asarray(workspace), 0.0)
+    return (1 - f) * cap + 0 * np.asarray(weights, dtype=float)
+
+
 def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes) -> np.ndarray:
-    """Device memory left for the KV cache: the engine's pool (capacity x utilization) minus
-    weights and workspace (may be negative: the model does not fit)."""
+    """Device memory left for the KV cache: capacity minus weights, workspace and the engine's
+    reserve (may be negative: the model does not fit)."""
     ops = layer_ops(model, layout, Step.of(1, 1, 0), dtypes)
-    return (hw.memory.capacity.value * MEMORY_UTILIZATION - weight_bytes_device(ops, layout, dtypes)
-            - workspace_bytes(model, layout, dtypes))
+    weights, work = weight_bytes_device(ops, layout, dtypes), workspace_bytes(model, layout, dtypes)
+    return hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work)
 
 
 @dataclass(frozen=True)
@@ -106,12 +114,13 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
         model, layout, dtypes.kv)
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
-    workspace = workspace_bytes(model, layout, dtypes)
+    workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
+    weights = weight_bytes_device(ops, layout, dtypes) + 0 * cap
     return MemoryUse(
         capacity=cap,
-        reserved=cap * (1 - MEMORY_UTILIZATION),
-        weights=weight_bytes_device(ops, layout, dtypes) + 0 * cap,
-        workspace=workspace + 0 * cap,
+        reserved=reserved_bytes(hw, weights, workspace) + 0 * cap,
+        weights=weights,
+        workspace=workspace,
         kv_cache=batch / dp * per_seq_dev,
         kv_per_sequence=per_seq_dev / dp,
     )

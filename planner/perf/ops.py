@@ -79,6 +79,10 @@ class Op:
     comm_bytes: np.ndarray | float = 0.0      # payload sent per device
     group: np.ndarray | int = 1               # devices in the collective
     params: np.ndarray | float = 0.0          # parameters stored on the device (for memory)
+    keys: np.ndarray | float = 0.0            # attention: mean keys a new query attends to (0: not FA-shaped)
+    remote_bytes: np.ndarray | float = 0.0    # EP all-to-all: the device's tokens once (hidden x bytes each)
+    draws: float = 0.0                        # EP all-to-all: scale-up domains a token may target
+    imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
 
     @property
     def mem_bytes(self):
@@ -101,6 +105,11 @@ class _Ctx:
         self.b_loc = self.step.batch / self.lay.attention_dp
         self.tokens = self.b_loc * self.step.q_len
         self.tokens_all = self.step.batch * self.step.q_len
+
+    @property
+    def mean_keys(self) -> np.ndarray:
+        """Keys a new query attends to on average (causal: the cached ones plus half the new)."""
+        return self.step.ctx + (self.step.q_len + 1) / 2
 
     @property
     def pairs(self) -> np.ndarray:
@@ -133,7 +142,7 @@ def _attention(c: _Ctx, n: int) -> list[Op]:
         c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias),
         Op("attention", OpKind.attention, n, flops=4.0 * heads * d * c.pairs,
            act_bytes=2 * c.tokens * heads * d * c.dt.act.bytes,
-           kv_bytes=c.b_loc * (ctx + 2 * q) * kv_tok),
+           kv_bytes=c.b_loc * (ctx + 2 * q) * kv_tok, keys=c.mean_keys),
         c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0)),
         c.all_reduce("attn_all_reduce", n),
     ]
@@ -169,7 +178,7 @@ def _mla(c: _Ctx, n: int) -> list[Op]:
                   * c.dt.act.bytes))
     ops.append(Op("attention", OpKind.attention, n, flops=np.where(prefill, mha, latent),
                   act_bytes=2 * T * heads * (dn + dr) * c.dt.act.bytes,
-                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes))
+                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes, keys=c.mean_keys))
     ops.append(c.gemm("o_proj", n, heads * dv, h))
     ops.append(c.all_reduce("attn_all_reduce", n))
     return ops
@@ -219,30 +228,48 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     """Routed experts (+ shared experts). With ``ep <= tp`` every device of the TP group holds
     all tokens: it runs its experts on the tokens routed to them and one all-reduce sums the
     results (vLLM TP + expert parallel). With ``ep > tp`` (attention data parallel) tokens are
-    dispatched to their experts' devices and combined back by all-to-all (DeepEP-style)."""
+    dispatched to their experts' devices and combined back by all-to-all (DeepEP-style).
+
+    Expert parallelism is only as fast as its most loaded device. With ``ep`` not dividing the
+    experts some devices hold ``ceil(E / ep)``; and with ``T k`` expert assignments spread
+    uniformly over ``ep`` devices (``mu`` each, binomial), the expected maximum is about
+    ``mu + sqrt(2 mu ln ep)`` (Gaussian extreme value), so the factor is
+    ``1 + sqrt(2 ln(ep) / mu)``: large at small decode batches, ~1 at large prefill batches.
+    Routing skew beyond the uniform case (what EPLB removes) is the framework's ``moe_imbalance``
+    (applied in ``roofline``)."""
     m, lay, moe = c.m, c.lay, c.m.moe
     assert moe is not None
     h, E, k = m.hidden_size, moe.num_experts, moe.experts_per_token
     ab = c.dt.act.bytes
     expert_params = 3 * h * moe.expert_intermediate_size
     hit = 1.0 - (1.0 - k / E) ** c.tokens_all               # fraction of experts this step touches
-    routed = c.tokens_all * k / lay.stage_devices            # expert-token assignments per device
-    stored = E / lay.ep * expert_params / lay.expert_tp
+    routed = c.tokens_all * k / lay.stage_devices            # expert-token assignments per device (mean)
+    per_rank = np.ceil(E / lay.ep)                           # experts on the fullest EP rank
+    stored = per_rank * expert_params / lay.expert_tp
+    mu = np.maximum(c.tokens_all * k / lay.ep, 1e-9)
+    uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
     a2a = lay.attention_dp > 1
     dispatch = np.where(a2a, c.tokens_all / lay.stage_devices * k * h * ab, 0.0)
+    # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
+    # expert groups, so it crosses the scale-out network to at most that many nodes, once each
+    limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
+    draws = float(min(k, moe.groups_per_token) if limited else k)
+    once = np.where(a2a, c.tokens_all / lay.stage_devices * h * ab, 0.0)
     ops = [c.gemm("router", n, h, E)]
     if np.any(a2a):
-        ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, group=lay.ep))
+        ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
+                      draws=draws, group=lay.ep, imbalance=uneven))
     ops.append(Op("experts", OpKind.gemm, n, flops=2.0 * routed * expert_params,
                   weight_bytes=stored * hit * c.dt.weight.bytes,
                   act_bytes=routed * (2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp) * ab,
-                  params=stored))
+                  params=stored, group=lay.ep, imbalance=uneven))
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
         ops.append(c.gemm("shared_expert_up", n, h, 2 * width))
         ops.append(c.gemm("shared_expert_down", n, width, h))
     if np.any(a2a):
-        ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, group=lay.ep))
+        ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
+                      draws=draws, group=lay.ep, imbalance=uneven))
     ops.append(c.all_reduce("ffn_all_reduce", n))
     return ops
 
@@ -314,11 +341,27 @@ def _embedding_and_head(c: _Ctx) -> list[Op]:
 def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
     """Operators of one iteration that runs two groups of tokens together (continuous batching:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
-    pair up one to one: work and traffic add, weights are read once (the larger touched set)."""
+    pair up one to one: work and traffic add, weights are read once (the larger touched set).
+    Attention is the exception: decode and prefill attention run as their own kernels (paged
+    decode vs FlashAttention prefill), each at its own efficiency, so both are kept."""
     out = []
     for x, y in zip(a, b, strict=True):
+        if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
+            out += [x, replace(y, name=f"{y.name}_prefill")]
+            continue
         out.append(Op(x.name, x.kind, x.count, flops=x.flops + y.flops,
                       weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
                       act_bytes=x.act_bytes + y.act_bytes, kv_bytes=x.kv_bytes + y.kv_bytes,
-                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params))
+                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params,
+                      remote_bytes=x.remote_bytes + y.remote_bytes, draws=max(x.draws, y.draws),
+                      imbalance=_combined_imbalance(x.imbalance, y.imbalance)))
     return out
+
+
+def _combined_imbalance(gx, gy):
+    """Load factor of two token groups routed together: the statistical excess ``g - 1`` goes as
+    ``1 / sqrt(assignments)``, so the excesses combine like resistors in series of their squares."""
+    ex, ey = np.asarray(gx, float) - 1, np.asarray(gy, float) - 1
+    with np.errstate(divide="ignore"):
+        inv = np.where(ex > 0, ex ** -2.0, np.inf) + np.where(ey > 0, ey ** -2.0, np.inf)
+    return 1 + np.where(np.isfinite(inv), inv ** -0.5, 0.0)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -25,6 +26,7 @@ class ServingEstimate(Frozen):
 
     model: str
     hardware: str
+    framework: str = ""
     tp: int
     pp: int
     ep: int
@@ -46,9 +48,11 @@ class ServingEstimate(Frozen):
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
                input_len: int, output_len: int, weight_dtype: str | DType = "bf16",
                kv_dtype: str | DType | None = None, concurrency: int | None = None,
-               engine: Engine | None = None) -> ServingEstimate:
-    """Continuous-batching steady state of one instance (see module docstring)."""
-    m, hw = get_model(model), get_hardware(hardware)
+               engine: Engine | None = None, framework: str | None = None) -> ServingEstimate:
+    """Continuous-batching steady state of one instance (see module docstring); ``framework``
+    (or ``engine.framework``) names the serving engine (default ``frameworks.DEFAULT_FRAMEWORK``)."""
+    m = get_model(model)
+    hw = with_framework(get_hardware(hardware), framework or (engine.framework if engine else None))
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
@@ -89,7 +93,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])
     return ServingEstimate(
-        model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
         output_tokens_per_s=float(x * output_len), total_tokens_per_s=float(x * (input_len + output_len)),
         requests_per_s=float(x), ttft_s=float(ttft), tpot_s=float(t), concurrency=float(pop),
         decode_batch=float(nb), accelerators=devices, power_w=float(power * devices),
