@@ -196,7 +196,8 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     out_tps = batch * output_len / e2e
     reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len)
     return Estimate(
-        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, accelerators=devices, batch=batch,
+        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, accelerators=devices,
+        batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,

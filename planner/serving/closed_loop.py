@@ -93,7 +93,8 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])
     return ServingEstimate(
-        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, input_len=input_len,
+        output_len=output_len,
         output_tokens_per_s=float(x * output_len), total_tokens_per_s=float(x * (input_len + output_len)),
         requests_per_s=float(x), ttft_s=float(ttft), tpot_s=float(t), concurrency=float(pop),
         decode_batch=float(nb), accelerators=devices, power_w=float(power * devices),
