@@ -175,18 +175,26 @@ def whatif(
         "model's last plus the LM head).")),
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
+    framework: str | None = typer.Option(None, "--framework", help=(  # noqa: UP007
+        "Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... or "
+        "a framework YAML file); default vllm.")),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown."),
+    explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
+                                 "efficiency applied and its source."),
 ) -> None:
     """Roofline TTFT, TPOT, throughput and memory of one instance serving one batch."""
-    from planner.perf.estimate import estimate
+    from planner.perf.estimate import estimate, operator_breakdown
     from planner.report import err, print_json
 
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
-                 kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance)
+                 kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
+                 framework=framework)
     if json_out:
-        print_json(e.model_dump(mode="json"))
+        doc = e.model_dump(mode="json")
+        if explain:
+            doc["breakdown"] = operator_breakdown(e)
+        print_json(doc)
     else:
         from planner.whatif_report import print_estimate
         print_estimate(e, explain=explain)

@@ -15,6 +15,7 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("layout", layout),
         ("batch x lengths", f"{e.batch} x ({e.input_len} in, {e.output_len} out)"),
         ("dtypes", f"weights {e.weight_dtype}, KV {e.kv_dtype}"),
+        ("framework", f"{e.framework} (efficiencies and overheads of this engine; --framework to change)"),
         ("TTFT", f"{si(e.ttft_s, 's')}  ({e.prefill.bound}-bound, comm {si(e.prefill.comm_s, 's')})"),
         ("TPOT", f"{si(e.tpot_s, 's')}  ({e.decode.bound}-bound, comm {si(e.decode.comm_s, 's')})"),
         ("end-to-end", si(e.e2e_s, "s")),
@@ -38,11 +39,13 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
     if explain:
         t = Table(title="Per-operator breakdown (per device, all layers)")
-        for col in ("phase", "operator", "layers", "time", "share", "FLOPs", "bytes", "comm bytes", "bound"):
-            t.add_column(col, justify="right" if col not in ("phase", "operator", "bound") else "left")
+        left = ("phase", "operator", "bound", "efficiency applied", "source")
+        for col in ("phase", "operator", "layers", "time", "share", "roofline", "FLOPs", "bytes", "bound",
+                    "efficiency applied", "source"):
+            t.add_column(col, justify="left" if col in left else "right")
         totals = {"prefill": e.ttft_s, "decode": e.tpot_s}
         for r in operator_breakdown(e):
             t.add_row(r["phase"], r["op"], str(r["layers"]), si(r["time_s"], "s"),
-                      f"{100 * r['time_s'] / totals[r['phase']]:.1f}%", si(r["flops"], "FLOP"),
-                      si(r["bytes"], "B"), si(r["comm_bytes"], "B"), r["bound"])
+                      f"{100 * r['time_s'] / totals[r['phase']]:.1f}%", si(r["roofline_s"], "s"),
+                      si(r["flops"], "FLOP"), si(r["bytes"], "B"), r["bound"], r["efficiency"], r["source"])
         out.print(t)

@@ -34,7 +34,7 @@ from planner.perf.comm import collective_time
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
-from planner.perf.roofline import StepTime, build_step, step_time
+from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
 
 _SIMPSON = ((0.0, 1 / 6), (0.5, 4 / 6), (1.0, 1 / 6))
@@ -259,13 +259,22 @@ def operator_breakdown(e: Estimate) -> list[dict]:
     lay = Layout.of(e.tp, e.ep, e.pp)
     r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes, Speculation(e.mtp_tokens, e.mtp_acceptance))
     rows = []
+    eff = hw.efficiency
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):
         for t in st.ops:
             f = _first
+            ideal, how, source = explain_op(hw, t, dtypes)
             rows.append(dict(phase=phase, op=t.op.name, kind=t.op.kind.value, layers=t.op.count,
-                             time_s=f(t.time_s), flops=f(t.op.count * np.asarray(t.op.flops)),
+                             time_s=f(t.time_s), roofline_s=f(t.op.count * ideal), efficiency=how, source=source,
+                             flops=f(t.op.count * np.asarray(t.op.flops)),
                              bytes=f(t.op.count * np.asarray(t.op.mem_bytes)),
                              comm_bytes=f(t.op.count * np.asarray(t.op.comm_bytes)), bound=str(np.ravel(t.bound)[0])))
-        rows.append(dict(phase=phase, op="step_overhead", kind="overhead", layers=1, time_s=st.overhead_s,
-                         flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
+        how = (f"{eff.step_overhead.value * 1e3:g} ms per step + {eff.sequence_overhead.value * 1e6:g} us per "
+               f"sequence ({hw.framework or 'profile'})")
+        rows.append(dict(phase=phase, op="step_overhead", kind="overhead", layers=1, time_s=_first(st.overhead_s),
+                         roofline_s=0.0, efficiency=how, source=eff.sequence_overhead.source if phase == "decode"
+                         else eff.step_overhead.source, flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
+    rows.append(dict(phase="prefill", op="request_overhead", kind="overhead", layers=1,
+                     time_s=eff.request_overhead.value, roofline_s=0.0, efficiency="per request, in TTFT",
+                     source=eff.request_overhead.source, flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
     return rows

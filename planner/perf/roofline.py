@@ -137,6 +137,40 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     return OpTime(op, compute, memory, np.zeros(()), eff.kernel_latency.value * busy)
 
 
+def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
+    """(time at nameplate peaks, the efficiency applied in words, its source) of one timed
+    operator: what ``whatif --explain`` shows so a user sees why a number is what it is."""
+    op, eff = t.op, hw.efficiency
+    fmt = hw.compute_dtype(operand_dtype(op, dtypes))
+    ideal = np.maximum(np.asarray(op.flops, float) / hw.peak_flops_per_s(fmt),
+                       np.asarray(op.mem_bytes, float) / hw.memory.bandwidth.value)
+    bound = np.ravel(t.bound)[0]
+    if op.kind in COMM_KINDS:
+        bw = link_of(hw, op.group)[0] / np.where(np.asarray(op.group) <= hw.domain_size,
+                                                 hw.efficiency.scale_up.value, hw.efficiency.scale_out.value)
+        shape = 2.0 if op.kind is OpKind.all_reduce else 1.0
+        g = np.asarray(op.group, float)
+        ideal = shape * (g - 1) / np.maximum(g, 1) * np.asarray(op.comm_bytes, float) / bw
+        link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
+        extra = (", FP8 dispatch" if eff.fp8_dispatch and op.name.endswith("dispatch") else "")
+        fig = eff.scale_up if link == "scale-up" else eff.scale_out
+        return ideal, f"{link} link x {fig.value:.2f} + latency" + extra, fig.source
+    if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
+        att, keys = eff.attention, float(np.ravel(np.maximum(op.keys, 1))[0])
+        if bound == "compute":
+            f = att.prefill.value * keys / (keys + att.prefill_half_keys.value)
+            return ideal, f"FlashAttention {f:.0%} of peak at {keys:,.0f} keys/query", att.prefill.source
+        f = eff.memory.value * keys / (keys + att.decode_half_ctx.value)
+        return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", att.decode_half_ctx.source
+    skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
+    load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
+    skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
+    fixed = f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    if bound == "compute":
+        return ideal, f"GEMM plateau {eff.gemm_plateau(fmt):.2f} + {fixed}", (eff.gemm_by_format.get(fmt) or eff.gemm).source
+    return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
+
+
 def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> np.ndarray:
     """A collective on its link. EP all-to-all is as slow as its most loaded device; dispatch
     travels in FP8 (1 byte + one FP32 scale per 128 values) when the engine does so (DeepEP),
