@@ -167,7 +167,8 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
     fixed = f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
     if bound == "compute":
-        return ideal, f"GEMM plateau {eff.gemm_plateau(fmt):.2f} + {fixed}", (eff.gemm_by_format.get(fmt) or eff.gemm).source
+        plateau = eff.gemm_by_format.get(fmt) or eff.gemm
+        return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
 
