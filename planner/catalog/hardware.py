@@ -178,8 +178,12 @@ class Efficiency(Frozen):
                                         note="per request, added to its TTFT; set by a framework")
     moe_imbalance: Figure = Figure(value=1.0, source="engine_overhead",
                                    note="max/mean expert load from routing skew; set by a framework")
+    grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
+                                      note="MoE grouped GEMMs reach this fraction of the dense plateau")
     fp8_dispatch: bool = False       # EP dispatch sent in FP8 (DeepEP-class), combine in BF16
     overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
+    comm_compute_share: Fraction = Fraction(
+        value=0.18, source="deepep_sms", note="compute units the EP all-to-all kernels occupy while overlapped")
 
     def gemm_plateau(self, fmt: DType) -> float:
         """Achievable fraction of peak of large GEMMs in ``fmt`` (the format-specific

@@ -83,6 +83,7 @@ class Op:
     remote_bytes: np.ndarray | float = 0.0    # EP all-to-all: the device's tokens once (hidden x bytes each)
     draws: float = 0.0                        # EP all-to-all: scale-up domains a token may target
     imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
+    grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
 
     @property
     def mem_bytes(self):
@@ -259,10 +260,14 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     if np.any(a2a):
         ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
                       draws=draws, group=lay.ep, imbalance=uneven))
+    # tokens are permuted into expert order before the grouped GEMM and un-permuted and summed
+    # with their gate weights after it: each routed copy of a hidden vector is read and written twice
+    ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=4.0 * routed * h * ab, group=lay.ep,
+                  imbalance=uneven))
     ops.append(Op("experts", OpKind.gemm, n, flops=2.0 * routed * expert_params,
                   weight_bytes=stored * hit * c.dt.weight.bytes,
                   act_bytes=routed * (2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp) * ab,
-                  params=stored, group=lay.ep, imbalance=uneven))
+                  params=stored, group=lay.ep, imbalance=uneven, grouped=True))
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
         ops.append(c.gemm("shared_expert_up", n, h, 2 * width))
@@ -354,7 +359,7 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
                       act_bytes=x.act_bytes + y.act_bytes, kv_bytes=x.kv_bytes + y.kv_bytes,
                       comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params,
                       remote_bytes=x.remote_bytes + y.remote_bytes, draws=max(x.draws, y.draws),
-                      imbalance=_combined_imbalance(x.imbalance, y.imbalance)))
+                      imbalance=_combined_imbalance(x.imbalance, y.imbalance), grouped=x.grouped))
     return out
 
 

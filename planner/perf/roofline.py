@@ -58,7 +58,9 @@ class StepTime:
     ``overhead_s`` is the engine's host time of the step (fixed + per running sequence). With
     ``overlap`` (two micro-batches, DeepSeek/SGLang two-batch overlap, CloudMatrix microbatch
     pipelining) the EP all-to-alls of one micro-batch run under the other's compute, so the layers
-    take ``max(compute, all-to-all)`` - but every kernel and every collective now runs twice on
+    take ``max(compute + s x all-to-all, all-to-all)``, where ``s`` is the share of compute units the
+    communication kernels occupy while they run (DeepEP normal kernels: 24 of 132 SMs) - and every
+    kernel and every collective now runs twice on
     half the tokens, so their fixed latencies count twice. That is why overlap pays in prefill
     (bandwidth-bound dispatch, +23-31% on CloudMatrix384) and little in decode (latency-bound,
     +6-9%: cm384_paper)."""
@@ -66,6 +68,7 @@ class StepTime:
     ops: list[OpTime]
     overhead_s: np.ndarray | float
     overlap: bool = False
+    comm_share: float = 0.0    # compute units the overlapped all-to-all kernels take from compute
 
     @property
     def layers_s(self) -> np.ndarray:
@@ -74,7 +77,7 @@ class StepTime:
         a2a = sum((t.time_s + t.op.count * t.alpha_s for t in self.ops if t.op.kind is OpKind.all_to_all), 0.0)
         rest = sum((t.time_s + t.op.count * (t.fixed_s + t.alpha_s)
                     for t in self.ops if t.op.kind is not OpKind.all_to_all), 0.0)
-        return np.maximum(rest, a2a)
+        return np.maximum(rest + self.comm_share * a2a, a2a)
 
     @property
     def total_s(self) -> np.ndarray:
@@ -131,7 +134,8 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         memory = (weight + moved) / (bw * eff.memory.value * keys / (keys + att.decode_half_ctx.value))
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
-        compute = flops * load / (peak * eff.gemm_plateau(fmt))
+        grouped = eff.grouped_gemm.value if op.grouped else 1.0
+        compute = flops * load / (peak * eff.gemm_plateau(fmt) * grouped)
         memory = (weight + moved * load) / (bw * eff.memory.value)
     busy = (flops > 0) | (weight + moved > 0)
     return OpTime(op, compute, memory, np.zeros(()), eff.kernel_latency.value * busy)
@@ -195,7 +199,7 @@ def step_overhead_s(hw: HardwareProfile, layout: Layout, batch) -> np.ndarray:
 def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layout, batch) -> StepTime:
     """Time every operator and add the engine's step overhead for ``batch`` running sequences."""
     return StepTime([op_time(hw, op, dtypes) for op in ops], step_overhead_s(hw, layout, batch),
-                    hw.efficiency.overlap_moe_comm)
+                    hw.efficiency.overlap_moe_comm, hw.efficiency.comm_compute_share.value)
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
