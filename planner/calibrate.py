@@ -95,6 +95,29 @@ def allreduce_sweeps() -> list[dict]:
     return [allreduce_sweep(p) for p in sorted(_folder().glob("*-allreduce*-nccl.csv"))]
 
 
+def attention_sweep(path: Path | None = None) -> dict:
+    """Fit Hockney's form ``r(L) = r_inf L / (L + L_half)`` to a FlashAttention sequence-length
+    sweep (``*-attention-*.csv``: seq_len, tflops): the plateau fraction of the profile's peak and
+    the half length that ``Efficiency.attention`` holds. Log-error least squares on a grid of L_half
+    (the best r_inf for each is the geometric mean of r / x)."""
+    path = path or next(_folder().glob("h100-sxm-attention-fa3-bf16.csv"))
+    length, tflops = _columns(path)
+    rate = tflops * 1e12
+    hw = hardware(path.name.split("-attention-")[0])
+    best = None
+    for half in np.arange(1.0, 2048.0, 1.0):
+        x = length / (length + half)
+        r_inf = float(np.exp(np.mean(np.log(rate / x))))
+        err = float(np.mean(np.abs(np.log(r_inf * x / rate))))
+        if best is None or err < best[0]:
+            best = (err, half, r_inf)
+    assert best is not None
+    err, half, r_inf = best
+    pred = r_inf * length / (length + half)
+    return {"hardware": hw.name, "points": int(length.size), "plateau": r_inf / hw.peak_flops_per_s(DType.bf16),
+            "half_keys": float(half), "median_abs_rel_error": float(np.median(np.abs(pred / rate - 1)))}
+
+
 def calibration_points(name: str) -> list[Point]:
     return [p for p in load_points().points if p.framework == name and p.role == "calibration"]
 
