@@ -62,16 +62,17 @@ def test_modern_nvidia_points():
 def test_tensorrt_llm_throughput_table():
     """TensorRT-LLM's published offline throughput (107 rows: Llama-3.1-8B/3.3-70B/3.1-405B and
     Qwen3-235B on H100, H200, B200). The framework entry is fitted on the eight 1000/1000 Hopper rows
-    only. Held-out Hopper rows: median 10%, P90 18% -> asserted at 12% / 25%. B200 NVFP4 rows are
-    over-predicted by a median 32% (no public NVFP4 GEMM sweep: the FP4 plateau is the BF16 one) ->
-    asserted below 40% so that a regression shows."""
+    only. Held-out Hopper rows: median 10%, P90 19% -> asserted at 12% / 25%. B200 NVFP4 rows were
+    over-predicted by a median 32% while the FP4 plateau was the BF16 one; with the measured NVFP4
+    GEMM sweep (plateau 0.34 incl. activation quantization) and FP4 weight streaming at 0.44 of HBM
+    they are at a median -10% (|error| 13%) -> asserted within +-20% so that a regression shows."""
     import numpy as np
     rows = [r for r in validate()["points"] if r["id"].startswith("trtllm-")]
     assert len(rows) == 107
     hopper = np.abs([r["rel_error"] for r in rows if r["role"] == "held_out" and "-b200-" not in r["id"]])
     assert np.median(hopper) <= 0.12 and np.quantile(hopper, 0.9) <= 0.25
     b200 = [r["rel_error"] for r in rows if "-b200-" in r["id"]]
-    assert 0 < np.median(b200) <= 0.40
+    assert abs(np.median(b200)) <= 0.20
 
 
 def test_cloudmatrix384_reproduction():

@@ -163,6 +163,7 @@ class Efficiency(Frozen):
     gemm: Fraction
     gemm_by_format: dict[DType, Fraction] = {}   # plateaus measured for other formats (e.g. fp8)
     memory: Fraction
+    memory_by_format: dict[DType, Fraction] = {}   # weight streaming of GEMMs in a format (e.g. fp4), if slower
     scale_up: Fraction
     scale_out: Fraction
     kernel_latency: Seconds = Seconds(   # fixed time of every compute kernel (launch, ramp-up, tail)

@@ -136,7 +136,9 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
         grouped = eff.grouped_gemm.value if op.grouped else 1.0
         compute = flops * load / (peak * eff.gemm_plateau(fmt) * grouped)
-        memory = (weight + moved * load) / (bw * eff.memory.value)
+        by_format = eff.memory_by_format.get(dtypes.weight) if op.kind is OpKind.gemm else None
+        stream = (by_format or eff.memory).value
+        memory = weight / (bw * stream) + moved * load / (bw * eff.memory.value)
     busy = (flops > 0) | (weight + moved > 0)
     return OpTime(op, compute, memory, np.zeros(()), eff.kernel_latency.value * busy)
 
