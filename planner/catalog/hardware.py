@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -106,6 +106,7 @@ class Link(Frozen):
     domain_size: Count | None = None
     latency: Seconds                     # of one collective (one-shot / NVLS all-reduce, one all-to-all)
     ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
+    topology: Literal["switched", "torus2d"] = "switched"   # torus2d: 4 ports per device (TPU ICI, NeuronLink)
 
 
 class Power(Frozen):
