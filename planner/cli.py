@@ -117,6 +117,7 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
                      purchase: str = typer.Option(None, "--purchase", help="on_demand, spot, reserved_1y, reserved_3y, "
                                                   "capacity_block or own (default: each profile's default rate)."),
                      provider: str = typer.Option(None, "--provider", help="Provider in prices.yaml (else cheapest)."),
+                     price: list[str] = typer.Option([], "--price", help="NAME=USD per device-hour (repeatable)."),
                      input_len: int = typer.Option(2000, "--input-len"),
                      output_len: int = typer.Option(500, "--output-len"),
                      weight_dtype: DTypeOpt = typer.Option(DTypeOpt.fp8, "--weight-dtype"),
@@ -129,9 +130,13 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
     from planner.report import out, print_json, si
 
     try:
-        cost = CostModel(purchase=purchase, provider=provider)
+        named = {k.strip(): float(v) for k, v in (p.split("=", 1) for p in price)}
+    except ValueError:
+        raise typer.BadParameter("expected NAME=USD, e.g. --price mi355x=4.5", param_hint="--price") from None
+    try:
+        cost = CostModel(purchase=purchase, provider=provider, prices=named)
     except ValueError as e:
-        raise typer.BadParameter(str(e).splitlines()[-1], param_hint="--purchase") from None
+        raise typer.BadParameter(str(e).splitlines()[-1], param_hint="--purchase/--price") from None
     rows = compare(names, cost, model, input_len, output_len, weight_dtype.value)
     if json_out:
         print_json(rows)

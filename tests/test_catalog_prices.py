@@ -169,7 +169,7 @@ def test_rack_scale_scenario_states_its_on_demand_prices():
     assert set(quotes) == {"gb200-nvl72", "h200", "mi355x", "cloudmatrix384"}
     gb = quotes["gb200-nvl72"]
     assert (gb.usd_per_h, gb.purchase, gb.provider, gb.date) == (4.54, "on_demand", "spheron", "2026-03-17")
-    assert quotes["cloudmatrix384"].purchase == "scenario"
+    assert quotes["cloudmatrix384"].purchase == "named"
     assert any(n.startswith("prices used: ") for n in r.notes)
     # the deployment's cost is its accelerators at the quoted rate
     assert r.best.usd_per_h == pytest.approx(r.best.accelerators * quotes[r.best.hardware].usd_per_h)
@@ -178,7 +178,7 @@ def test_rack_scale_scenario_states_its_on_demand_prices():
 def test_prfaas_equal_cost_says_which_prices_it_used():
     r = planner.run_scenario(load_scenario(ROOT / "scenarios" / "prfaas-case-study.yaml"))
     note = next(n for n in r.notes if n.startswith("prices used: "))
-    assert "h20 $2.400/h (scenario" in note and "h200 $5.408/h (profile default, seen 2024-12; aws_cb)" in note
+    assert "h20 $2.400/h (named" in note and "h200 $5.408/h (profile default, seen 2024-12; aws_cb)" in note
     assert "equal_cost_throughput" in r.gains
 
 

@@ -55,3 +55,11 @@ def test_compare_bad_input_exit_2():
     res = runner.invoke(app, ["hardware", "compare", "h200", "b200", "--purchase", "monthly"])
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert runner.invoke(app, ["hardware", "compare", "h200", "h300"]).exit_code == 2
+
+
+def test_compare_named_price_fills_a_gap():
+    rows = _json(["hardware", "compare", "mi355x", "h200", "--purchase", "on_demand", "--price", "mi355x=4.54",
+                  "--json"])
+    assert rows[0]["usd_per_h"] == 4.54 and "named" in rows[0]["price"]
+    assert rows[0]["hbm_bytes_per_usd"] == pytest.approx(8e12 * 3600 / 4.54)
+    assert runner.invoke(app, ["hardware", "compare", "mi355x", "h200", "--price", "mi355x"]).exit_code == 2

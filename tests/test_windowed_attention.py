@@ -89,6 +89,10 @@ def test_gemma_style_local_global_pattern():
     g3 = spec_from_hf_dict(_config("gemma3_text", num_hidden_layers=12, sliding_window=1024,
                                    sliding_window_pattern=6), name="g3", source="test")
     assert g3.num_attention_layers == 2 and g3.num_local_layers == 10   # 5 local : 1 global
+    assert g3.window.layers == (0, 1, 2, 3, 4, 6, 7, 8, 9, 10)           # layers 5 and 11 global
+    # a Gemma 3 config that omits the pattern gets the HF default of 6
+    g3d = spec_from_hf_dict(_config("gemma3_text", num_hidden_layers=12, sliding_window=1024), name="g", source="t")
+    assert g3d.window == g3.window
 
 
 def test_chunked_attention_pairs_and_visible_cache():

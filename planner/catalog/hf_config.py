@@ -177,7 +177,8 @@ def _window(c: _Config, model_type: str, n_layers: int) -> AttentionWindow | Non
             i for i in range(n_layers) if (i + 1) % 4)
         kind = "chunked"
     elif c.get("sliding_window") and c.get("use_sliding_window", True):
-        pattern = c.get("sliding_window_pattern") or (2 if model_type == "gemma2" else 1)
+        # every pattern-th layer is global (HF defaults: Gemma 2 alternates, Gemma 3 is 5 local : 1)
+        pattern = c.get("sliding_window_pattern") or {"gemma2": 2, "gemma3_text": 6}.get(model_type, 1)
         local = tuple(i for i in range(n_layers) if pattern == 1 or (i + 1) % int(pattern))
         kind = "sliding"
     else:

@@ -39,7 +39,7 @@ class PriceQuote(Frozen):
 
     hardware: str
     usd_per_h: float
-    purchase: str            # purchase model, 'scenario' or 'profile default'
+    purchase: str            # purchase model, 'named' (given by the user) or 'profile default'
     provider: str | None = None
     date: str | None = None
     source: str
@@ -101,8 +101,8 @@ class CostModel(Frozen):
     def _rent(self, hw: HardwareProfile) -> PriceQuote:
         given = {**self.usd_per_h, **self.prices}
         if hw.name in given:
-            return PriceQuote(hardware=hw.name, usd_per_h=given[hw.name], purchase="scenario",
-                              source="the scenario's cost.prices")
+            return PriceQuote(hardware=hw.name, usd_per_h=given[hw.name], purchase="named",
+                              source="cost.prices (the scenario, or --price)")
         if self.purchase is not None:
             r = price_table().rent_row(hw.name, self.purchase, self.provider)
             return PriceQuote(hardware=hw.name, usd_per_h=r.usd_per_h, purchase=r.purchase.value,
