@@ -282,8 +282,11 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
 
         with err.status(f"planning {scn.name} ({scn.design.type})..."):
             result = run_scenario(scn)
+    from planner.plan_prices import scenario_prices, unstated
+
+    extra = unstated(result, scenario_prices(scn))          # prices a result type cannot carry itself
     if json_out:
-        print_json(result.model_dump(mode="json"))
+        print_json(result.model_dump(mode="json") | ({"prices": [q.model_dump() for q in extra]} if extra else {}))
     elif result.design == "splitwise":
         from planner.plan_report import print_splitwise
 
@@ -308,6 +311,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_plan
 
         print_plan(result)
+    if extra and not json_out:
+        from planner.report import out
+
+        out.print("prices used: " + "; ".join(q.text() for q in extra))
     if plot:
         from planner.plots import plot_result
 

@@ -45,6 +45,22 @@ def prices_used(scn: Scenario) -> list[PriceQuote]:
     return quotes
 
 
+# Designs whose answer depends on prices (POLCA and slo-search rank by power and tokens/s per GPU)
+PRICED_DESIGNS = ("colocated", "splitwise", "prfaas", "fleet")
+
+
+def scenario_prices(scn: Scenario) -> list[PriceQuote]:
+    """The quotes a plan of ``scn`` states: none for designs that do not use prices."""
+    return prices_used(scn) if scn.design.type in PRICED_DESIGNS else []
+
+
+def unstated(result, quotes: list[PriceQuote]) -> list[PriceQuote]:
+    """Quotes a result cannot carry itself (it has neither a ``prices`` nor a ``notes`` field):
+    the CLI prints them beside it."""
+    fields = type(result).model_fields
+    return [] if ("prices" in fields or "notes" in fields) else quotes
+
+
 def with_prices(result, quotes: list[PriceQuote]):
     """``result`` with a 'prices used' note (and its ``prices`` field, if it has one)."""
     update: dict = {}

@@ -29,10 +29,10 @@ class PlanResult(BaseModel):
 
 def run_scenario(scn: Scenario):
     """Run the scenario's design; the result states the prices it used (``plan_prices``)."""
-    from planner.plan_prices import prices_used, scenario_hardware, with_prices
+    from planner.plan_prices import scenario_hardware, scenario_prices, with_prices
 
     rates = scn.cost.rates(scenario_hardware(scn))
-    return with_prices(_run_design(scn, rates), prices_used(scn))
+    return with_prices(_run_design(scn, rates), scenario_prices(scn))
 
 
 def _run_design(scn: Scenario, rates: dict[str, float]):

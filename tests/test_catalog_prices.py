@@ -1,5 +1,6 @@
 """Rack-scale and non-GPU profiles, the dated price table and the cost model that reads it."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -194,3 +195,19 @@ def test_torus_all_to_all_is_bisection_bound_all_reduce_is_not():
     # the same group on a switched NVL72 is not slowed
     gb = planner.hardware("gb200-nvl72")
     assert collective_time(gb, "all_to_all", S, 64) == pytest.approx(63 / 64 * S / 900e9 + 10e-6)
+
+
+def test_plan_json_states_prices_for_every_priced_design():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    res = CliRunner().invoke(app, ["plan", str(ROOT / "scenarios" / "fleet-mixed.yaml"), "--json"])
+    assert res.exit_code == 0, res.output
+    prices = {p["hardware"]: p for p in json.loads(res.stdout)["prices"]}
+    assert prices["h200"]["usd_per_h"] == 5.408 and prices["h200"]["purchase"] == "named"
+    # POLCA does not price anything: no prices stated
+    scn = load_scenario(ROOT / "scenarios" / "polca-row-a100.yaml")
+    from planner.plan_prices import scenario_prices
+
+    assert scenario_prices(scn) == []

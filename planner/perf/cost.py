@@ -46,6 +46,8 @@ class PriceQuote(Frozen):
     note: str | None = None
 
     def text(self) -> str:
+        if self.purchase == "named":
+            return f"{self.hardware} ${self.usd_per_h:.3f}/h (named in cost.prices)"
         who = f"{self.provider} " if self.provider else ""
         when = f", seen {self.date}" if self.date else ""
         return f"{self.hardware} ${self.usd_per_h:.3f}/h ({who}{self.purchase}{when}; {self.source})"
@@ -102,7 +104,7 @@ class CostModel(Frozen):
         given = {**self.usd_per_h, **self.prices}
         if hw.name in given:
             return PriceQuote(hardware=hw.name, usd_per_h=given[hw.name], purchase="named",
-                              source="cost.prices (the scenario, or --price)")
+                              source="cost.prices (given by the user)")
         if self.purchase is not None:
             r = price_table().rent_row(hw.name, self.purchase, self.provider)
             return PriceQuote(hardware=hw.name, usd_per_h=r.usd_per_h, purchase=r.purchase.value,
