@@ -90,6 +90,14 @@ class Memory(Frozen):
     bandwidth: Bandwidth
 
 
+class HostMemory(Frozen):
+    """Host memory a device reaches over a coherent chip-to-chip link (Grace LPDDR5X over
+    NVLink-C2C): a KV-cache tier below HBM. Both figures are per device (its share of the host)."""
+
+    capacity: Bytes
+    bandwidth: Bandwidth                 # per direction, the lesser of the link and DRAM shares
+
+
 class Link(Frozen):
     """A network a device reaches peers over. Bandwidth is per device, per direction."""
 
@@ -98,6 +106,7 @@ class Link(Frozen):
     domain_size: Count | None = None
     latency: Seconds                     # of one collective (one-shot / NVLS all-reduce, one all-to-all)
     ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
+    topology: Literal["switched", "torus2d"] = "switched"   # torus2d: 4 ports per device (TPU ICI, NeuronLink)
 
 
 class Power(Frozen):
@@ -200,6 +209,7 @@ class HardwareProfile(Frozen):
     description: str
     peak_flops: dict[DType, FlopRate]
     memory: Memory
+    host_memory: HostMemory | None = None
     scale_up: Link
     scale_out: Link
     power: Power
@@ -277,7 +287,7 @@ _CACHE: dict[str, HardwareProfile] = {}
 def _raw_profiles(directory: Path) -> dict[str, tuple[Path, dict, Lines]]:
     raw = {}
     for path in sorted(directory.glob("*.y*ml")):
-        if path.name.startswith("_"):
+        if path.name.startswith("_") or path.name == "prices.yaml":   # citations; the price table
             continue
         data, lines = load_yaml(path)
         if not isinstance(data, dict) or "name" not in data:

@@ -179,7 +179,8 @@ def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_
         same_cost = homog.max_rate * (prfaas.usd_per_h / homog.usd_per_h)
         gains["equal_cost_throughput"] = prfaas.max_rate / same_cost
     else:
-        notes.append("no prices for the hardware: equal-cost gain not computed (set cost.usd_per_h)")
+        notes.append("no prices for the hardware: equal-cost gain not computed (set cost.prices: {<hardware>: "
+                     "<US$/h>}, or a cost.purchase model priced in hardware_profiles/prices.yaml)")
     if spec.threshold_tokens is not None and prfaas.offload_fraction == 0:
         notes.append(f"no request is longer than threshold_tokens={spec.threshold_tokens}: nothing is offloaded, "
                      "PrfaaS runs as a local PD cluster")

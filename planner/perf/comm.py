@@ -11,6 +11,12 @@ otherwise the slowest hop, the scale-out NIC, bounds it.
   ``2 (n-1)`` hops of it: small all-reduces then cost more the larger the TP group;
 * all-to-all where each device sends ``S`` bytes spread over ``n`` peers: ``(n-1)/n * S / B + alpha``;
 * point-to-point of ``S`` bytes: ``S / B + alpha``.
+
+On a 2D torus (``topology: torus2d``: TPU ICI, Trainium NeuronLink) rings use every port, so
+all-reduce keeps the formula above; an all-to-all is bounded by the bisection instead. ``n``
+devices as a ``k x k`` torus (``k = sqrt(n)``) with ``B / 4`` per port and direction: half of the
+``n S`` bytes cross the ``2k`` links of the cut, ``n S / 4`` each way, taking ``k S / (2 B)``,
+i.e. ``k / 2`` times the switched time (from 4 x 4 = 16 devices on; smaller groups are not slowed).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
     if kind == "all_reduce" and hop is not None:
         lat = np.where(group <= hw.domain_size, 2.0 * (group - 1) * hop.value, lat)
     factor = 1.0 if kind == "p2p" else _SHAPE[kind] * (group - 1) / np.maximum(group, 1)
+    if kind == "all_to_all" and hw.scale_up.topology == "torus2d":
+        factor = factor * np.where(group <= hw.domain_size, np.maximum(np.sqrt(group) / 2, 1.0), 1.0)
     t = factor * np.asarray(payload_bytes, dtype=float) / bw + lat
     return np.where(group > 1, t, 0.0)
 

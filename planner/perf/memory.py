@@ -23,22 +23,32 @@ from planner.perf.parallel import Layout
 PREFILL_CHUNK_TOKENS = 8192
 
 
-def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
-    """KV-cache bytes one token adds on one device (its stage's attention layers)."""
-    tp = layout.tp
+def _kv_elements_per_token_layer(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     if model.mla is not None:
-        per_layer = np.full(tp.shape, float(model.kv_elements_per_token_layer))
-    else:
-        per_layer = 2.0 * np.maximum(model.num_kv_heads / tp, 1) * model.head_dim
+        return np.full(tp.shape, float(model.kv_elements_per_token_layer))
+    return 2.0 * np.maximum(model.num_kv_heads / tp, 1) * model.head_dim
+
+
+def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
+    """KV-cache bytes one token adds on one device (its stage's full-attention layers; windowed
+    layers are bounded per sequence, see ``state_bytes_per_sequence_device``)."""
+    per_layer = _kv_elements_per_token_layer(model, layout.tp)
     return model.num_attention_layers * per_layer * kv_dtype.bytes / layout.pp
 
 
 def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
-    """Constant per-sequence linear-attention state on one device (0 for pure attention models)."""
-    la = model.linear_attention
-    if la is None:
-        return np.zeros(layout.tp.shape)
-    return len(la.layers) * la.state_elements / layout.tp * kv_dtype.bytes / layout.pp
+    """Per-sequence memory that does not grow with the context, on one device: linear-attention
+    state, and the KV of windowed layers, reserved for their whole window (``window.size``
+    tokens: exact once a sequence is longer than the window, as engines that free out-of-window
+    blocks hold it; it overstates shorter ones by the part of the window they do not fill)."""
+    out = np.zeros(layout.tp.shape)
+    la, win = model.linear_attention, model.window
+    if la is not None:
+        out = out + len(la.layers) * la.state_elements / layout.tp * kv_dtype.bytes / layout.pp
+    if win is not None:
+        per_layer = _kv_elements_per_token_layer(model, layout.tp)
+        out = out + model.num_local_layers * win.size * per_layer * kv_dtype.bytes / layout.pp
+    return out
 
 
 def weight_bytes_device(ops: list[Op], layout: Layout, dtypes: DTypes) -> np.ndarray:
@@ -129,7 +139,8 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
 def kv_cache_bytes_per_token(model: ModelSpec, kv_dtype: DType | str = DType.bf16) -> int:
     """KV-cache bytes one token adds across all layers of one sequence (no parallelism):
     GQA ``layers x 2 x kv_heads x head_dim x bytes``; MLA ``layers x (kv_lora + rope) x bytes``.
-    Linear-attention layers add nothing per token (their state is constant per sequence)."""
+    Linear-attention and windowed layers add nothing per token at long context (their state is
+    bounded per sequence: ``state_bytes_per_sequence_device``)."""
     per = kv_bytes_per_token_device(model, Layout.of(), DType(kv_dtype))
     return int(round(float(per)))
 

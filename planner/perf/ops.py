@@ -24,7 +24,7 @@ from enum import Enum
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.catalog.model import FFNKind, Mixer, ModelSpec
+from planner.catalog.model import AttentionWindow, FFNKind, Mixer, ModelSpec
 from planner.perf.parallel import Layout
 
 # Linear attention (chunked form, chunk 64): state decay + delta-rule update + readout cost
@@ -129,7 +129,9 @@ class _Ctx:
         return Op(name, OpKind.all_reduce, count, comm_bytes=payload, group=self.lay.tp)
 
 
-def _attention(c: _Ctx, n: int) -> list[Op]:
+def _attention(c: _Ctx, n: int, window: AttentionWindow | None = None) -> list[Op]:
+    """GQA/MHA attention; with a ``window`` (local layers) each new token scores only the keys
+    inside its window or chunk and reads only those from the KV cache."""
     m, tp = c.m, c.lay.tp
     h, d = m.hidden_size, m.head_dim
     heads = m.num_heads / tp
@@ -139,14 +141,21 @@ def _attention(c: _Ctx, n: int) -> list[Op]:
     bias = qkv_n if m.biases else 0
     kv_tok = 2 * kv_heads * d * c.dt.kv.bytes
     q, ctx = c.step.q_len, c.step.ctx
+    pairs = c.pairs if window is None else c.b_loc * window.pairs(q, ctx)
+    seen = ctx if window is None else window.visible_cached(ctx)
     return [
         c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias),
-        Op("attention", OpKind.attention, n, flops=4.0 * heads * d * c.pairs,
+        Op("attention", OpKind.attention, n, flops=4.0 * heads * d * pairs,
            act_bytes=2 * c.tokens * heads * d * c.dt.act.bytes,
-           kv_bytes=c.b_loc * (ctx + 2 * q) * kv_tok, keys=c.mean_keys),
+           kv_bytes=c.b_loc * (seen + 2 * q) * kv_tok,
+           keys=c.mean_keys if window is None else window.pairs(q, ctx) / np.maximum(q, 1)),
         c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0)),
         c.all_reduce("attn_all_reduce", n),
     ]
+
+
+def _local_attention(c: _Ctx, n: int) -> list[Op]:
+    return _attention(c, n, c.m.window)
 
 
 def _mla(c: _Ctx, n: int) -> list[Op]:
@@ -285,7 +294,7 @@ def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
     up-projection, writes half of it): memory-bound. Params: norm weights (and biases)."""
     m = c.m
     params = (4 if m.biases else 2) * m.hidden_size
-    if m.qk_norm and mixer is Mixer.attention:
+    if m.qk_norm and mixer is not Mixer.linear:
         params += 2 * m.head_dim
     if m.mla is not None and mixer is Mixer.attention:
         params += m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)
@@ -295,7 +304,7 @@ def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
     return Op("norms_residual", OpKind.elementwise, n, act_bytes=passes * c.tokens * c.dt.act.bytes, params=params)
 
 
-_MIXERS = {Mixer.linear: _linear_attention}
+_MIXERS = {Mixer.linear: _linear_attention, Mixer.local: _local_attention}
 _FFNS = {FFNKind.dense: _dense_ffn, FFNKind.moe: _moe_ffn}
 
 
