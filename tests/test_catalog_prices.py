@@ -75,11 +75,13 @@ def test_nvl72_expert_parallel_all_to_all_in_domain_vs_two_racks():
 
 
 def test_deepseek_ep64_stays_on_nvlink_ep128_pays_the_nic():
-    # 256 experts: EP64 fits one NVL72 rack, EP128 spans two; per-device traffic barely changes
+    # 256 experts: EP64 fits one NVL72 rack, EP128 spans two; per-device traffic barely changes.
+    # Across the racks DeepSeek's node-limited routing (4 of 8 groups) sends each token over the
+    # NIC to ~1 remote rack at most, so the NIC time is a smaller multiple than k copies would give
     kw = dict(tp=1, input_len=2000, output_len=500, weight_dtype="fp8")
     one = planner.estimate("deepseek-v3", "gb200-nvl72", ep=64, batch=512, **kw)
     two = planner.estimate("deepseek-v3", "gb200-nvl72", ep=128, batch=1024, **kw)
-    assert one.fits and two.decode.comm_s > 2 * one.decode.comm_s
+    assert one.fits and two.decode.comm_s > 1.4 * one.decode.comm_s
     # on an 8-GPU HGX B200 node the same EP64 already crosses the NIC
     hgx = planner.estimate("deepseek-v3", "b200", ep=64, batch=512, **kw)
     assert hgx.decode.comm_s > 2 * one.decode.comm_s
