@@ -77,6 +77,11 @@ def load_points(path: Path | None = None) -> Dataset:
 def predict(p: Point, fw: Framework | None = None) -> float:
     """The model's value for point ``p`` (SI units), from catalog data only (``fw`` replaces the
     point's framework entry: used by ``planner.calibrate`` to score candidate entries)."""
+    return predict_with_bounds(p, fw)[0]
+
+
+def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:
+    """``predict`` and the error-band bound of each phase at the point's conditions."""
     from planner.perf.estimate import estimate
     from planner.serving.closed_loop import throughput
 
@@ -86,17 +91,25 @@ def predict(p: Point, fw: Framework | None = None) -> float:
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = throughput(p.model, hw, input_len=p.input_len, output_len=p.output_len, concurrency=p.concurrency,
                        engine=fw.engine(), **kw)
-        return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s)
+        return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(p.model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len,
                  mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
-    if p.metric == "prefill_s":
-        return e.ttft_s
-    if p.metric == "decode_step_s":
-        return e.tpot_s
-    if p.metric == "batch_latency_s":
-        return e.e2e_s
-    return (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators      # prefill tokens/s per device
+    value = {"prefill_s": e.ttft_s, "decode_step_s": e.tpot_s, "batch_latency_s": e.e2e_s}.get(
+        p.metric, (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators)   # prefill tokens/s per device
+    return value, e.regime_bounds
+
+
+def phase(metric: str) -> str:
+    """Error-band phase of a metric (``catalog/bands.py``)."""
+    if metric in ("prefill_s", "ttft_s", "prefill_tokens_per_s_per_device"):
+        return "prefill"
+    return "decode" if metric in ("decode_step_s", "tpot_s") else "serving"
+
+
+def slowdown(metric: str, predicted: float, measured: float) -> float:
+    """Measured time over predicted time (throughputs: predicted over measured)."""
+    return measured / predicted if metric in LATENCY else predicted / measured
 
 
 def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256) -> dict:
@@ -128,28 +141,50 @@ class Row(BaseModel):
     id: str
     vendor: str
     framework: str
+    source: str
     metric: str
     kind: str            # latency | throughput
     role: str
     measured: float
     predicted: float
     rel_error: float     # (predicted - measured) / measured
+    phase: str           # error-band regime: prefill | decode | serving
+    bound: str           # compute | memory | comm | overhead at the point's conditions
+    slowdown: float      # measured / predicted time (catalog/bands.py)
+
+
+def rows(path: Path | None = None) -> list[Row]:
+    """Every point predicted, with its error-band regime."""
+    out = []
+    for p in load_points(path).points:
+        pred, bounds = predict_with_bounds(p)
+        ph = phase(p.metric)
+        out.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, source=p.source, metric=p.metric,
+                       kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,
+                       predicted=pred, rel_error=(pred - p.value) / p.value, phase=ph, bound=bounds[ph],
+                       slowdown=slowdown(p.metric, pred, p.value)))
+    return out
 
 
 def validate(path: Path | None = None) -> dict:
-    ds = load_points(path)
-    rows = []
-    for p in ds.points:
-        pred = predict(p)
-        rows.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, metric=p.metric,
-                        kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,
-                        predicted=pred, rel_error=(pred - p.value) / p.value))
+    rows_ = rows(path)
     from planner.calibrate import allreduce_sweeps, gemm_sweeps
 
     sweeps = [{k: v for k, v in s.items() if not k.endswith("_tflops")} for s in gemm_sweeps()]
-    return {"points": [r.model_dump() for r in rows], "summary": _summary(rows, "vendor"),
-            "summary_by_framework": _summary(rows, "framework"), "microbenchmarks": sweeps,
+    return {"points": [r.model_dump() for r in rows_], "summary": _summary(rows_, "vendor"),
+            "summary_by_framework": _summary(rows_, "framework"), "corpus": corpus(rows_),
+            "microbenchmarks": sweeps,
             "collectives": allreduce_sweeps()}
+
+
+def corpus(rows_: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
+    """Points per vendor and per source: {vendor|source: {name: {calibration, held_out}}}."""
+    out: dict[str, dict[str, dict[str, int]]] = {"vendor": {}, "source": {}}
+    for r in rows_:
+        for by in ("vendor", "source"):
+            cell = out[by].setdefault(getattr(r, by), {"calibration": 0, "held_out": 0})
+            cell[r.role] += 1
+    return out
 
 
 def _summary(rows: list[Row], by: str) -> dict[str, dict]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.catalog.bands import band_fields
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
@@ -33,6 +34,7 @@ from planner.perf.comm import collective_time
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
+from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, op_time, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
 
@@ -151,6 +153,18 @@ class Estimate(Frozen):
     usd_per_million_output_tokens: float | None
     infeasible_reason: str | None = None
     suggestions: list[str] = []
+    # error bands (``catalog/bands.py``): quantiles of what hardware measures for this prediction
+    ttft_s_p10: float | None = None
+    ttft_s_p50: float | None = None
+    ttft_s_p90: float | None = None
+    tpot_s_p10: float | None = None
+    tpot_s_p50: float | None = None
+    tpot_s_p90: float | None = None
+    output_tokens_per_s_p10: float | None = None
+    output_tokens_per_s_p50: float | None = None
+    output_tokens_per_s_p90: float | None = None
+    regime_bounds: dict[str, str] = {}     # phase -> compute | memory | comm | overhead
+    bands: dict[str, str] = {}             # phase -> regime the band came from
 
 
 def _phase(st: StepTime, time_s: float) -> PhaseEstimate:
@@ -190,6 +204,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     usd = devices * hw.price.rent.value if hw.price.rent else None
     out_tps = batch * output_len / e2e
     reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len)
+    bounds = phase_bounds(r.prefill, r.decode, ttft, (output_len - 1) * tpot)
     return Estimate(
         model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, accelerators=devices, batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
@@ -202,8 +217,17 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             max_batch=int(f(mem.max_batch))),
         prefill=_phase(r.prefill, ttft), decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
-        infeasible_reason=reason, suggestions=suggestions,
+        infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
+        **band_fields(hw.vendor, None, bounds, ttft, tpot, out_tps),
     )
+
+
+def phase_bounds(prefill: StepTime, decode: StepTime, prefill_s: float, decode_s: float) -> dict[str, str]:
+    """Error-band bound of each phase of one candidate; ``serving`` takes the bound of whichever
+    phase takes more of a request's time (``prefill_s`` vs ``decode_s``)."""
+    out = {"prefill": str(np.ravel(dominant_bound(prefill))[0]), "decode": str(np.ravel(dominant_bound(decode))[0])}
+    out["serving"] = out["prefill"] if prefill_s >= decode_s else out["decode"]
+    return out
 
 
 def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dtypes: DTypes,

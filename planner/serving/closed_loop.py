@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.catalog.bands import band_fields
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
@@ -13,8 +14,9 @@ from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
-from planner.perf.estimate import resolve_dtypes
+from planner.perf.estimate import evaluate, phase_bounds, resolve_dtypes
 from planner.perf.parallel import Layout, check_layout
+from planner.perf.regime import dominant_bound
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
@@ -41,6 +43,18 @@ class ServingEstimate(Frozen):
     power_w: float              # all accelerators of the instance
     usd_per_h: float | None
     limit: str                  # what caps throughput at this concurrency
+    # error bands (``catalog/bands.py``): quantiles of what hardware measures for this prediction
+    ttft_s_p10: float | None = None
+    ttft_s_p50: float | None = None
+    ttft_s_p90: float | None = None
+    tpot_s_p10: float | None = None
+    tpot_s_p50: float | None = None
+    tpot_s_p90: float | None = None
+    output_tokens_per_s_p10: float | None = None
+    output_tokens_per_s_p50: float | None = None
+    output_tokens_per_s_p90: float | None = None
+    regime_bounds: dict[str, str] = {}     # phase -> compute | memory | comm | overhead
+    bands: dict[str, str] = {}             # phase -> regime the band came from
 
 
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
@@ -88,9 +102,27 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         nb = float(np.interp(pop, population, n))
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])
+    bounds = _bounds_at(m, hw, lay, dtypes, nb, input_len, output_len)
     return ServingEstimate(
         model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
         output_tokens_per_s=float(x * output_len), total_tokens_per_s=float(x * (input_len + output_len)),
         requests_per_s=float(x), ttft_s=float(ttft), tpot_s=float(t), concurrency=float(pop),
         decode_batch=float(nb), accelerators=devices, power_w=float(power * devices),
-        usd_per_h=devices * hw.price.rent.value if hw.price.rent else None, limit=limit)
+        usd_per_h=devices * hw.price.rent.value if hw.price.rent else None, limit=limit, regime_bounds=bounds,
+        **band_fields(hw.vendor, None, bounds, float(ttft), float(t), float(x * output_len)))
+
+
+def _bounds_at(m: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes, decode_batch: float, input_len: int,
+               output_len: int) -> dict[str, str]:
+    """Error-band bound of each phase at the steady state: one prompt's prefill, a decode step
+    of the steady decode batch; ``serving`` is the bound of the phase that takes more machine time
+    per request (a prefill vs ``output_len - 1`` decode steps shared by the batch)."""
+    b = max(1.0, round(decode_batch))
+    r = evaluate(m, hw, lay, np.array([1.0, b]), input_len, output_len, dtypes)
+    pre = float(np.ravel(r.ttft_s)[0])
+    dec = float(np.ravel(r.tpot_s)[1]) * (output_len - 1) / b
+    bounds = phase_bounds(r.prefill, r.decode, pre, dec)     # element 0: prefill of one prompt
+    bounds["decode"] = str(np.ravel(dominant_bound(r.decode))[1])
+    if dec > pre:
+        bounds["serving"] = bounds["decode"]
+    return bounds
