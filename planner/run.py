@@ -23,9 +23,18 @@ class PlanResult(BaseModel):
     analytic_instances: int
     simulation: SimCheck | None = None
     notes: list[str] = []
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def run_scenario(scn: Scenario):
+    """Run the scenario's design at its ``confidence`` quantile of the error bands, and at the
+    median, and attach both sizes (``certainty``: ``planner.confidence``)."""
+    from planner.confidence import sized_at
+
+    return sized_at(scn, _run_design, headline)
+
+
+def _run_design(scn: Scenario):
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest
