@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from planner.catalog.hardware import Figure, Fraction, HardwareProfile, Seconds
-from planner.errors import unknown_name
+from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
@@ -82,7 +82,22 @@ def _frameworks() -> dict[str, Framework]:
 
 
 def framework(name: str) -> Framework:
+    """A catalog entry by name, or the one entry of a frameworks YAML file by path (as written by
+    ``planner calibrate``)."""
+    if str(name).endswith((".yaml", ".yml")):
+        return _framework_file(Path(name))
     fws = _frameworks()
     if name not in fws:
         raise unknown_name("framework", name, sorted(fws))
     return fws[name]
+
+
+def _framework_file(path: Path) -> Framework:
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict) or len(data) != 1 or not isinstance(next(iter(data.values())), dict):
+        raise InputError(f"{path}:1: a framework file holds one entry, 'name: {{description: ..., ...}}'")
+    name, spec = next(iter(data.items()))
+    try:
+        return Framework.model_validate(spec)
+    except ValidationError as e:
+        raise validation_error(path, e, {k[1:]: v for k, v in lines.items() if k[:1] == (name,)}, Framework) from None
