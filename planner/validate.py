@@ -4,6 +4,7 @@ per vendor and metric, calibration and held-out points apart."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -61,17 +62,36 @@ def default_path() -> Path:
     raise PlannerError("validation/measurements.yaml not found")
 
 
-def load_points(path: Path | None = None) -> Dataset:
-    path = path or default_path()
+def _load_file(path: Path) -> Dataset:
     data, lines = load_yaml(path)
     try:
-        ds = Dataset.model_validate(data)
+        return Dataset.model_validate(data)
     except ValidationError as e:
         raise validation_error(path, e, lines, Dataset) from None
-    for p in ds.points:
-        if p.source not in ds.sources:
-            raise PlannerError(f"{path}: point {p.id} cites unknown source {p.source!r}")
-    return ds
+
+
+def load_points(path: Path | None = None) -> Dataset:
+    """One measurements file, or (no ``path``) ``validation/measurements.yaml`` and every YAML
+    file of ``validation/measurements/`` merged: sources are shared, ids unique."""
+    paths = [path] if path else [default_path(), *sorted((default_path().parent / "measurements").glob("*.yaml"))]
+    sources: dict[str, str] = {}
+    points: list[Point] = []
+    for f in paths:
+        ds = _load_file(f)
+        for key, text in ds.sources.items():
+            if sources.get(key, text) != text:
+                raise PlannerError(f"{f}: source {key!r} is defined differently in another measurements file")
+            sources[key] = text
+        points += ds.points
+    seen: set[str] = set()
+    for p in points:
+        if p.source not in sources:
+            raise PlannerError(f"{paths[-1] if len(paths) == 1 else paths[0].parent}: point {p.id} cites unknown "
+                               f"source {p.source!r}")
+        if p.id in seen:
+            raise PlannerError(f"point id {p.id!r} appears twice in the measurements")
+        seen.add(p.id)
+    return Dataset(sources=sources, points=points)
 
 
 def predict(p: Point, fw: Framework | None = None) -> float:
@@ -83,21 +103,31 @@ def predict(p: Point, fw: Framework | None = None) -> float:
 def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:
     """``predict`` and the error-band bound of each phase at the point's conditions."""
     from planner.perf.estimate import estimate
-    from planner.serving.closed_loop import throughput
 
     fw = fw or framework(p.framework)
-    hw = fw.apply(hardware(p.hardware))
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
-        r = throughput(p.model, hw, input_len=p.input_len, output_len=p.output_len, concurrency=p.concurrency,
-                       engine=fw.engine(), **kw)
+        r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
+                         tuple(kw.items()))
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
+    hw = fw.apply(hardware(p.hardware))
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(p.model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len,
                  mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
     value = {"prefill_s": e.ttft_s, "decode_step_s": e.tpot_s, "batch_latency_s": e.e2e_s}.get(
         p.metric, (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators)   # prefill tokens/s per device
     return value, e.regime_bounds
+
+
+@lru_cache(maxsize=4096)
+def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_len: int, concurrency: int | None,
+                 deploy: tuple):
+    """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run."""
+    from planner.serving.closed_loop import throughput
+
+    fw = Framework.model_validate_json(fw_json)
+    return throughput(model, fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
+                      concurrency=concurrency, engine=fw.engine(), **dict(deploy))
 
 
 def phase(metric: str) -> str:

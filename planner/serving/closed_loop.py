@@ -14,9 +14,10 @@ from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
-from planner.perf.estimate import evaluate, phase_bounds, resolve_dtypes
+from planner.perf.estimate import phase_bounds, resolve_dtypes
+from planner.perf.ops import Step
 from planner.perf.parallel import Layout, check_layout
-from planner.perf.regime import dominant_bound
+from planner.perf.roofline import step_time
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
@@ -115,14 +116,11 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
 def _bounds_at(m: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes, decode_batch: float, input_len: int,
                output_len: int) -> dict[str, str]:
     """Error-band bound of each phase at the steady state: one prompt's prefill, a decode step
-    of the steady decode batch; ``serving`` is the bound of the phase that takes more machine time
-    per request (a prefill vs ``output_len - 1`` decode steps shared by the batch)."""
+    of the steady decode batch at the middle context; ``serving`` is the bound of the phase that
+    takes more machine time per request (a prefill vs ``output_len - 1`` decode steps shared by
+    the batch)."""
     b = max(1.0, round(decode_batch))
-    r = evaluate(m, hw, lay, np.array([1.0, b]), input_len, output_len, dtypes)
-    pre = float(np.ravel(r.ttft_s)[0])
-    dec = float(np.ravel(r.tpot_s)[1]) * (output_len - 1) / b
-    bounds = phase_bounds(r.prefill, r.decode, pre, dec)     # element 0: prefill of one prompt
-    bounds["decode"] = str(np.ravel(dominant_bound(r.decode))[1])
-    if dec > pre:
-        bounds["serving"] = bounds["decode"]
-    return bounds
+    pre = step_time(m, hw, lay, Step.of(1.0, float(input_len), 0.0), dtypes)
+    dec = step_time(m, hw, lay, Step.of(b, 1.0, input_len + 0.5 * (output_len - 1)), dtypes)
+    per_request_decode_s = float(np.ravel(dec.total_s)[0]) * (output_len - 1) / b
+    return phase_bounds(pre, dec, float(np.ravel(pre.total_s)[0]), per_request_decode_s)
