@@ -7,9 +7,10 @@ tool measured (SI units). Formats, by the fields read (others are ignored):
 * **vLLM** ``benchmarks/benchmark_serving.py --save-result`` and ``vllm bench serve
   --save-result`` (vLLM 0.4 - 0.11, one JSON object per file): ``mean_ttft_ms``,
   ``mean_tpot_ms``, ``output_throughput`` (tokens/s), ``completed``, ``total_input_tokens``,
-  ``total_output_tokens`` (mean lengths = totals / completed), ``max_concurrency`` (null: no
-  cap), ``request_rate`` ("inf" or a number), ``request_throughput``, ``mean_e2el_ms`` (if the run
-  kept the e2el percentile metric).
+  ``total_output_tokens`` (mean lengths = totals / completed), ``max_concurrency`` (null or
+  absent: no cap; with ``request_rate`` "inf" all ``num_prompts`` are in flight at once),
+  ``request_rate`` ("inf" or a number), ``request_throughput``, ``mean_e2el_ms`` (if the run kept
+  the e2el percentile metric; ``mean_latency_ms`` before vLLM 0.6).
 * **SGLang** ``python -m sglang.bench_serving --output-file`` (SGLang 0.3 - 0.5, JSON Lines: one
   object per run appended): the same field names as vLLM (``mean_ttft_ms``, ``mean_tpot_ms``,
   ``output_throughput``, ``completed``, ``total_input_tokens``, ``total_output_tokens``,
@@ -29,7 +30,9 @@ tool measured (SI units). Formats, by the fields read (others are ignored):
 
 An open-loop run (finite request rate, no concurrency cap) is turned into the closed loop the
 model predicts by Little's law: requests in flight = request throughput x mean end-to-end latency
-(the tool's own mean, or TTFT + (output - 1) x TPOT).
+(the tool's own mean, or TTFT + (output - 1) x TPOT). A run that completes no more requests than
+it keeps in flight (one wave, never refilled) has no steady state - its tokens/s is set by the
+slowest request's makespan - so only its TTFT and TPOT are used.
 """
 
 from __future__ import annotations
@@ -110,16 +113,22 @@ def _vllm_like(obj: dict, path: Path, tool: str) -> Run:
     i = _num(obj, "total_input_tokens", path) / done
     o = _num(obj, "total_output_tokens", path) / done
     ttft, tpot = _num(obj, "mean_ttft_ms", path) / 1e3, _num(obj, "mean_tpot_ms", path) / 1e3
-    e2e = _num(obj, "mean_e2el_ms", path, required=False) or _num(obj, "mean_e2e_latency_ms", path, required=False)
+    e2e = next((v for k in ("mean_e2el_ms", "mean_e2e_latency_ms", "mean_latency_ms")
+                if (v := _num(obj, k, path, required=False))), None)
     e2e_s = e2e / 1e3 if e2e else ttft + (o - 1) * tpot
     measured_c = _num(obj, "concurrency", path, required=False)       # SGLang: mean in flight
     cap = _num(obj, "max_concurrency", path, required=False)
     rate = _num(obj, "request_rate", path, required=False)
+    if not cap and rate == math.inf and "num_prompts" in obj:        # every prompt sent at t = 0
+        cap = _num(obj, "num_prompts", path)
     if measured_c and not cap:
         c = max(1, int(round(measured_c)))
     else:
         c = _concurrency(path, cap, rate, _num(obj, "request_throughput", path, required=False), e2e_s)
-    return Run(str(path), tool, int(round(i)), int(round(o)), c, ttft, tpot, _num(obj, "output_throughput", path),
+    tps = _num(obj, "output_throughput", path)
+    if done <= c:              # one wave, never refilled: no steady state, the slowest request sets the makespan
+        tps = None
+    return Run(str(path), tool, int(round(i)), int(round(o)), c, ttft, tpot, tps,
                version=obj.get("vllm_version") or obj.get("version"))
 
 

@@ -63,7 +63,8 @@ def fit_runs(runs: list[Run], hw_name: str, model: str, deploy: dict, base: Fram
     args = (base, runs, hw_name, model, deploy, meas)
     starts = [np.array(x) for x in np.array(np.meshgrid(*GRID)).reshape(3, -1).T]   # 8 corners
     x0 = min(starts, key=lambda x: float(np.sum(_log_errors(x, *args) ** 2)))
-    res = least_squares(_log_errors, x0, args=args, bounds=([0.1, 0.1, 0.1], [100.0, 1.0, 1.0]),
+    lo, hi = [0.1, 0.1, 0.1], [100.0, 1.0, 1.0]
+    res = least_squares(_log_errors, x0, args=args, bounds=(lo, hi),
                         diff_step=1e-3, x_scale=[5.0, 0.2, 0.2], xtol=1e-6, ftol=1e-8)
     fw = candidate(base, res.x[0] * 1e-3, float(res.x[1]), float(res.x[2]),
                    note=f"planner calibrate on {len(runs)} run(s) of {hw_name}/{model}")
@@ -77,7 +78,9 @@ def fit_runs(runs: list[Run], hw_name: str, model: str, deploy: dict, base: Fram
               "max_abs_rel_error": float(np.nanmax(np.abs(rel))),
               "per_metric_median_abs_rel_error": {m: float(np.nanmedian(np.abs(rel[:, j]))) if np.isfinite(
                   rel[:, j]).any() else None for j, m in enumerate(METRICS)},
-              "slowdown_p10_p50_p90": [conformal_quantile(s, q) for q in (0.1, 0.5, 0.9)]}
+              "slowdown_p10_p50_p90": [conformal_quantile(s, q) for q in (0.1, 0.5, 0.9)],
+              "at_bounds": [n for n, v, a, b in zip(("step_overhead_ms", "gemm_scale", "memory_scale"), res.x, lo, hi,
+                                                    strict=True) if min(v - a, b - v) < 1e-6 * (b - a)]}
     return fw, report
 
 
@@ -114,6 +117,7 @@ def dump_entry(name: str, fw: Framework, report: dict, path: str | None = None) 
             f"pp {report.get('pp')}",
             f"# in-sample error: median {report['median_abs_rel_error']:.1%}, max {report['max_abs_rel_error']:.1%} "
             f"over {report['points']} values; slowdown (measured/predicted time) P10/P50/P90 "
-            + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"])]
+            + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"]),
+            f"# parameters at the edge of their range: {', '.join(report['at_bounds']) or 'none'}"]
     body = {name: fw.model_dump(mode="json", exclude_none=True)}
     return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False, width=200)

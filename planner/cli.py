@@ -355,6 +355,9 @@ def calibrate(
     out.print(f"error on those runs: median {report['median_abs_rel_error']:.1%}, max "
               f"{report['max_abs_rel_error']:.1%}; slowdown P10/P50/P90 "
               + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"]))
+    if report["at_bounds"]:
+        out.print(f"warning: {', '.join(report['at_bounds'])} ended at the edge of its range: the runs hold "
+                  "something the engine model does not (e.g. API-server latency in TTFT), read the errors above")
     out.print(f"wrote {path} (use it as --framework {path} or engine.framework: {path})")
 
 

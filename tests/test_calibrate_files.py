@@ -106,3 +106,22 @@ def test_malformed_files_exit_2_naming_file_and_field(tmp_path):
         read_runs(unknown)
     with pytest.raises(InputError, match="one entry"):
         framework(str(unknown.with_suffix(".yaml").write_text("a: 1\nb: 2\n") and unknown.with_suffix(".yaml")))
+
+
+def test_a_published_result_file_fits_and_reports_its_error(tmp_path):
+    # Lambda Labs' vLLM runs of Llama-3.1-8B FP8 on one H100 (tests/data/benchfiles/README.md): one wave of
+    # 10 ShareGPT prompts, so only TTFT and TPOT are fitted (2 runs x 2 values).
+    from pathlib import Path
+
+    files = sorted(str(p) for p in (Path(__file__).parent / "data" / "benchfiles").glob("lambda-*.json"))
+    runs = [r for f in files for r in read_runs(f)]
+    assert [(r.input_len, r.output_len, r.concurrency) for r in runs] == [(137, 44, 10)] * 2   # 1369/10, 442/10
+    assert all(r.output_tokens_per_s is None for r in runs)
+    out = tmp_path / "lambda.yaml"
+    r = CliRunner().invoke(app, ["calibrate", *files, "-H", "h100-sxm", "-m", "llama-3.1-8b", "--framework",
+                                 "lambda-vllm", "--weight-dtype", "fp8", "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["points"] == 4 and 0 <= rep["median_abs_rel_error"] < 0.5
+    assert set(rep["per_metric_median_abs_rel_error"]) == {"ttft_s", "tpot_s", "output_tokens_per_s"}
+    assert framework(str(out)).description.startswith("lambda-vllm")
