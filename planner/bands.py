@@ -6,7 +6,8 @@ coverage test), and stores, per regime and every coarser regime it pools into
 (``catalog/bands.chain``), the split-conformal quantiles of the slowdown ``measured / predicted``
 time. ``python -m planner.bands --check`` recomputes the table and exits 1 if the stored one
 differs by more than ``TOLERANCE`` (relative, on any quantile) or in its cells: run the first
-after any change to the model or the corpus.
+after any change to the model or the corpus; ``--markdown`` prints the stored table and its
+coverage for the README.
 """
 
 from __future__ import annotations
@@ -91,7 +92,30 @@ def stale(stored: BandTable, fresh: BandTable) -> list[str]:
     return out
 
 
+def markdown(table: BandTable, rows_: list[Row]) -> str:
+    """The band table for the README (``python -m planner.bands --markdown``): slowdown quantiles
+    per stored regime and the coverage of the check split."""
+    i = {q: table.quantiles.index(q) for q in (0.1, 0.5, 0.9)}
+    lines = ["| regime (vendor/framework/bound/phase) | n | P10 | P50 | P90 |", "|---|---:|---:|---:|---:|"]
+    for key, b in table.cells.items():
+        lines.append(f"| `{key}` | {b.n} | {b.slowdown[i[0.1]]:.2f} | {b.slowdown[i[0.5]]:.2f} | "
+                     f"{b.slowdown[i[0.9]]:.2f} |")
+    c80, c90 = coverage(rows_, table, 0.1, 0.9), coverage(rows_, table, 0.05, 0.95)
+    lines.append(f"\nCheck split ({c80['n']} held-out points never used to build the bands): the P10-P90 band "
+                 f"holds {c80['covered']:.0%} of them, the P5-P95 band {c90['covered']:.0%}.")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    if "--markdown" in argv:
+        from planner.catalog.bands import load_bands
+
+        table = load_bands()
+        if table is None:
+            print("no band file: run python -m planner.bands")
+            return 1
+        print(markdown(table, rows()))
+        return 0
     fresh = build(rows())
     if "--check" in argv:
         stored = parse_table(yaml.safe_load(BANDS_FILE.read_text())) if BANDS_FILE.is_file() else None

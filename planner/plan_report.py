@@ -197,6 +197,10 @@ def print_certainty(result) -> None:
         bits += [f"${d['usd_per_h']:,.1f}/h"] if d.get("usd_per_h") is not None else []
         return ", ".join(bits)
 
+    if c["confidence"] == 0.5:
+        out.print("confidence 50% (the median of the error bands: the model's own plan; set confidence: 0.9 in "
+                  "the scenario to size for the slow end of what published runs measured)")
+        return
     line = f"confidence {c['confidence']:.0%}: sized with hardware at that quantile of the error bands ({slow})"
     if size(c["at_confidence"]):
         line += f"; P50: {size(c['at_p50'])}; at {c['confidence']:.0%}: {size(c['at_confidence'])}"

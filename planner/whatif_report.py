@@ -15,7 +15,11 @@ def banded(value: float, p10: float | None, p90: float | None, unit: str) -> str
         return text
     number, _, suffix = text.partition(" ")
     scale = value / float(number) if float(number) else 1.0
-    return f"{text} ({p10 / scale:.3g}-{p90 / scale:.3g})"
+
+    def num(x: float) -> str:
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+    return f"{text} ({num(p10 / scale)}-{num(p90 / scale)})"
 
 
 def _range(p10: float | None, p90: float | None) -> str:
