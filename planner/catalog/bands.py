@@ -40,6 +40,24 @@ class Band(Frozen):
     slowdown: list[float]
 
 
+class Banded(Frozen):
+    """Result fields of a prediction's bands (``band_fields``): P10/P50/P90 of what hardware
+    measures for its TTFT, TPOT and output tokens/s (None without a band file), the bound of each
+    phase and the regime each band came from."""
+
+    ttft_s_p10: float | None = None
+    ttft_s_p50: float | None = None
+    ttft_s_p90: float | None = None
+    tpot_s_p10: float | None = None
+    tpot_s_p50: float | None = None
+    tpot_s_p90: float | None = None
+    output_tokens_per_s_p10: float | None = None
+    output_tokens_per_s_p50: float | None = None
+    output_tokens_per_s_p90: float | None = None
+    regime_bounds: dict[str, str] = {}     # phase -> compute | memory | comm | overhead
+    bands: dict[str, str] = {}             # phase -> regime the band came from
+
+
 class BandTable(Frozen):
     quantiles: list[float]
     min_points: int

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.catalog.bands import band_fields
+from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
@@ -124,7 +124,7 @@ class MemoryEstimate(Frozen):
     max_batch: int
 
 
-class Estimate(Frozen):
+class Estimate(Banded):
     """One instance, one batch, no queueing (``planner.estimate``)."""
 
     model: str
@@ -153,18 +153,6 @@ class Estimate(Frozen):
     usd_per_million_output_tokens: float | None
     infeasible_reason: str | None = None
     suggestions: list[str] = []
-    # error bands (``catalog/bands.py``): quantiles of what hardware measures for this prediction
-    ttft_s_p10: float | None = None
-    ttft_s_p50: float | None = None
-    ttft_s_p90: float | None = None
-    tpot_s_p10: float | None = None
-    tpot_s_p50: float | None = None
-    tpot_s_p90: float | None = None
-    output_tokens_per_s_p10: float | None = None
-    output_tokens_per_s_p50: float | None = None
-    output_tokens_per_s_p90: float | None = None
-    regime_bounds: dict[str, str] = {}     # phase -> compute | memory | comm | overhead
-    bands: dict[str, str] = {}             # phase -> regime the band came from
 
 
 def _phase(st: StepTime, time_s: float) -> PhaseEstimate:

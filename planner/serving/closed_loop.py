@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.catalog.bands import band_fields
+from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InfeasibleError, InputError
-from planner.frozen import Frozen
 from planner.perf.estimate import phase_bounds, resolve_dtypes
 from planner.perf.ops import Step
 from planner.perf.parallel import Layout, check_layout
@@ -23,7 +22,7 @@ from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
 
 
-class ServingEstimate(Frozen):
+class ServingEstimate(Banded):
     """One instance in steady state (``planner.throughput``)."""
 
     model: str
@@ -44,18 +43,6 @@ class ServingEstimate(Frozen):
     power_w: float              # all accelerators of the instance
     usd_per_h: float | None
     limit: str                  # what caps throughput at this concurrency
-    # error bands (``catalog/bands.py``): quantiles of what hardware measures for this prediction
-    ttft_s_p10: float | None = None
-    ttft_s_p50: float | None = None
-    ttft_s_p90: float | None = None
-    tpot_s_p10: float | None = None
-    tpot_s_p50: float | None = None
-    tpot_s_p90: float | None = None
-    output_tokens_per_s_p10: float | None = None
-    output_tokens_per_s_p50: float | None = None
-    output_tokens_per_s_p90: float | None = None
-    regime_bounds: dict[str, str] = {}     # phase -> compute | memory | comm | overhead
-    bands: dict[str, str] = {}             # phase -> regime the band came from
 
 
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
