@@ -45,10 +45,10 @@ def price_of_certainty(confidence: float, at_median: dict, at_c: dict) -> str:
         if "accelerators" in at_c:
             text += f" ({at_c['accelerators'] - at_median['accelerators']:+d} accelerators)"
         parts.append(text)
-    if at_c.get("usd_per_h") is not None and at_median.get("usd_per_h") is not None:
-        d = at_c["usd_per_h"] - at_median["usd_per_h"]
-        parts.append(f"{'+' if d >= 0 else '-'}${abs(d):,.1f}/h")
-    if not parts:
+        if at_c.get("usd_per_h") is not None and at_median.get("usd_per_h") is not None:
+            d = at_c["usd_per_h"] - at_median["usd_per_h"]
+            parts.append(f"{'+' if d >= 0 else '-'}${abs(d):,.1f}/h")
+    else:        # fixed-budget designs: what the budget buys moves instead
         changed = [k for k, v in at_c.items() if isinstance(v, (int, float)) and at_median.get(k) != v]
         parts = [f"{k} {at_median[k]:.4g} -> {at_c[k]:.4g}" for k in changed[:3]] or ["no change"]
     return ", ".join(parts) + f" for {confidence:.0%}"

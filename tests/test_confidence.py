@@ -77,3 +77,9 @@ def test_confidence_is_validated_and_defaults_to_median(tmp_path):
     bad.write_text((SCENARIOS / "chat-h100.yaml").read_text() + "confidence: 1.5\n")
     with pytest.raises(InputError, match="confidence"):
         load_scenario(bad)
+
+
+def test_price_of_certainty_of_a_fixed_budget_design():
+    # Splitwise-style designs keep their budget; the rate it buys is what moves.
+    text = price_of_certainty(0.9, {"max_rate": 10.0, "usd_per_h": 50.0}, {"max_rate": 8.0, "usd_per_h": 50.0})
+    assert text == "max_rate 10 -> 8 for 90%"
