@@ -90,3 +90,14 @@ def test_whatif_json_keeps_its_keys_and_adds_bands():
     table = CliRunner().invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-b", "4", "-i", "512",
                                      "-o", "128"])
     assert "bands (P10-P90)" in table.stdout
+
+
+def test_corpus_is_large_spans_vendors_and_keeps_calibration_under_a_third(residuals):
+    from planner.validate import corpus
+
+    c = corpus(residuals)
+    assert len(residuals) >= 400
+    assert set(c["vendor"]) == {"nvidia", "amd", "huawei"}
+    calibration = sum(v["calibration"] for v in c["vendor"].values())
+    assert calibration <= len(residuals) / 3
+    assert sum(v["calibration"] + v["held_out"] for v in c["source"].values()) == len(residuals)
