@@ -18,6 +18,7 @@ from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
 Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_output_tokens_per_s",
+                 "decode_tokens_per_s_per_device_at_tpot_bound",
                  "prefill_tokens_per_s_per_device", "ttft_s", "tpot_s", "output_tokens_per_s"]
 LATENCY = {"prefill_s", "decode_step_s", "batch_latency_s", "ttft_s", "tpot_s"}
 
@@ -42,6 +43,7 @@ class Point(Frozen):
     concurrency: int | None = Field(None, ge=1)
     mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
+    tpot_bound_s: float | None = Field(None, gt=0, description="latency-bounded metrics: the TPOT bound of the load")
     metric: Metric
     value: float = Field(gt=0)
     source: str
@@ -106,6 +108,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
 
     fw = fw or framework(p.framework)
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
+    if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound":
+        return _at_tpot_bound(p, fw, kw)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
                          tuple(kw.items()))
@@ -117,6 +121,21 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
     value = {"prefill_s": e.ttft_s, "decode_step_s": e.tpot_s, "batch_latency_s": e.e2e_s}.get(
         p.metric, (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators)   # prefill tokens/s per device
     return value, e.regime_bounds
+
+
+def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
+    """Most decode load meeting the point's TPOT bound (``decode_at_tpot_bound``), and the bounds
+    of the step at that batch (at batch 1 where no batch meets it: the prediction is then 0)."""
+    from planner.perf.estimate import estimate
+    from planner.perf.parallel import Layout
+
+    if p.tpot_bound_s is None:
+        raise PlannerError(f"point {p.id}: metric {p.metric} needs tpot_bound_s")
+    r = decode_at_tpot_bound(p, p.tpot_bound_s, fw=fw)
+    devices = int(np.ravel(Layout.of(p.tp, p.ep, p.pp).devices)[0])
+    e = estimate(p.model, fw.apply(hardware(p.hardware)), batch=max(1, r["batch_per_device"]) * devices,
+                 input_len=p.input_len, output_len=2, mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
+    return r["tokens_per_s_per_device"], e.regime_bounds
 
 
 @lru_cache(maxsize=4096)
@@ -134,7 +153,8 @@ def phase(metric: str) -> str:
     """Error-band phase of a metric (``catalog/bands.py``)."""
     if metric in ("prefill_s", "ttft_s", "prefill_tokens_per_s_per_device"):
         return "prefill"
-    return "decode" if metric in ("decode_step_s", "tpot_s") else "serving"
+    return "decode" if metric in ("decode_step_s", "tpot_s", "decode_tokens_per_s_per_device_at_tpot_bound") \
+        else "serving"
 
 
 def slowdown(metric: str, predicted: float, measured: float) -> float:
@@ -142,7 +162,8 @@ def slowdown(metric: str, predicted: float, measured: float) -> float:
     return measured / predicted if metric in LATENCY else predicted / measured
 
 
-def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256) -> dict:
+def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256,
+                         fw: Framework | None = None) -> dict:
     """Decode throughput per device at a TPOT bound, the way serving papers quote it: the largest
     batch per device (same deployment as point ``p``) whose predicted TPOT meets the bound and
     fits in memory, and ``batch / TPOT`` there. All batches are evaluated in one vectorized call."""
@@ -151,7 +172,7 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
     from planner.perf.parallel import Layout
     from planner.perf.speculation import Speculation
 
-    m, hw = model(p.model), framework(p.framework).apply(hardware(p.hardware))
+    m, hw = model(p.model), (fw or framework(p.framework)).apply(hardware(p.hardware))
     lay = Layout.of(p.tp, p.ep, p.pp)
     devices = int(np.ravel(lay.devices)[0])
     per_dev = np.arange(1, max_batch_per_device + 1)

@@ -101,3 +101,15 @@ def test_corpus_is_large_spans_vendors_and_keeps_calibration_under_a_third(resid
     calibration = sum(v["calibration"] for v in c["vendor"].values())
     assert calibration <= len(residuals) / 3
     assert sum(v["calibration"] + v["held_out"] for v in c["source"].values()) == len(residuals)
+
+
+def test_latency_bounded_points_answer_the_most_load_meeting_the_bound():
+    from planner.validate import decode_at_tpot_bound, load_points, predict
+
+    pts = {p.id: p for p in load_points().points if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound"}
+    loose, tight = pts["cm384-decode-at-tpot-50ms"], pts["cm384-decode-at-tpot-15ms"]
+    r = decode_at_tpot_bound(loose, 0.05)
+    assert r["batch_per_device"] >= 1 and r["min_tpot_s"] < 0.05
+    assert predict(loose) == pytest.approx(r["tokens_per_s_per_device"])
+    # one more sequence per device would break the bound (or not fit): the answer is the largest load
+    assert decode_at_tpot_bound(tight, 0.015)["min_tpot_s"] > 0.015 and predict(tight) == 0.0
