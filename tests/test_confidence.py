@@ -83,3 +83,13 @@ def test_price_of_certainty_of_a_fixed_budget_design():
     # Splitwise-style designs keep their budget; the rate it buys is what moves.
     text = price_of_certainty(0.9, {"max_rate": 10.0, "usd_per_h": 50.0}, {"max_rate": 8.0, "usd_per_h": 50.0})
     assert text == "max_rate 10 -> 8 for 90%"
+
+
+def test_bundled_90_percent_scenario_prints_the_price_of_certainty():
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    r = CliRunner().invoke(app, ["plan", str(SCENARIOS / "chat-h100-p90.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "confidence 90%" in r.stdout and "for 90%" in r.stdout
