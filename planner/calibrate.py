@@ -127,6 +127,20 @@ def score(fw: Framework, points: list[Point]) -> float:
     return float(np.mean([abs(predict(p, fw) - p.value) / p.value for p in points]))
 
 
+def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | None = None,
+              link: float | None = None, hop_s: float | None = None, note: str | None = None) -> Framework:
+    """``base`` with a calibrated step overhead and GEMM scale, and memory / link scales and ring-hop
+    latency where given (the others kept)."""
+    def fig(cls, v):
+        return cls(value=v, source="calibrated", note=note)
+
+    return base.model_copy(update={
+        "step_overhead": fig(Seconds, overhead_s), "gemm_scale": fig(Figure, gemm),
+        "memory_scale": fig(Figure, memory) if memory else base.memory_scale,
+        "link_scale": fig(Figure, link) if link else base.link_scale,
+        "ring_hop_latency": fig(Seconds, hop_s) if hop_s else base.ring_hop_latency})
+
+
 def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False) -> tuple[float, Framework]:
     """Best (error, framework) over the grid; memory and link scales and the ring-hop latency are
     searched only if asked."""
@@ -137,12 +151,7 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
     best: tuple[float, Framework] | None = None
     for ms, g, m, lk, hop in itertools.product(OVERHEAD_MS, SCALES, SCALES if memory else (None,),
                                                 LINK_SCALES if link else (None,), RING_HOP_US if ring else (None,)):
-        fw = base.model_copy(update={
-            "step_overhead": Seconds(value=ms * 1e-3, source="calibrated"),
-            "gemm_scale": Figure(value=g, source="calibrated"),
-            "memory_scale": Figure(value=m, source="calibrated") if m else base.memory_scale,
-            "link_scale": Figure(value=lk, source="calibrated") if lk else base.link_scale,
-            "ring_hop_latency": Seconds(value=hop * 1e-6, source="calibrated") if hop else base.ring_hop_latency})
+        fw = candidate(base, ms * 1e-3, g, m, lk, hop * 1e-6 if hop else None)
         err = score(fw, points)
         if best is None or err < best[0]:
             best = (err, fw)

@@ -323,6 +323,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.report import out
 
         out.print("prices used: " + "; ".join(q.text() for q in extra))
+    if not json_out:
+        from planner.plan_report import print_certainty
+
+        print_certainty(result)
     if plot:
         from planner.plots import plot_result
 
@@ -388,6 +392,48 @@ def validate(json_out: bool = typer.Option(False, "--json", help="Print {points,
     from planner.validate_report import print_validation
 
     print_validation(result)
+
+
+@app.command()
+@_guard
+def calibrate(
+    results: list[str] = typer.Argument(..., help=(
+        "Result files: vLLM benchmark_serving / vllm bench serve JSON, SGLang bench_serving JSONL, "
+        "GenAI-Perf / AIPerf profile_export JSON, trtllm-bench --report_json.")),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file the runs used."),
+    model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json the runs served."),
+    name: str = typer.Option(..., "--framework", help="Name of the fitted entry (a catalog entry is the start)."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Entry file to write (default NAME.yaml)."),
+    tp: int | None = typer.Option(None, "--tp", min=1, help="Tensor-parallel degree (default: the files' or 1)."),
+    pp: int | None = typer.Option(None, "--pp", min=1, help="Pipeline stages (default: the files' or 1)."),
+    ep: int | None = typer.Option(None, "--ep", min=1, help="Expert-parallel degree (default: the files' or 1)."),
+    weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format of the runs."),
+    kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format of the runs."),  # noqa: UP007
+    json_out: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
+) -> None:
+    """Fit a framework entry (step overhead, GEMM and memory scales) to your own benchmark runs."""
+    from pathlib import Path
+
+    from planner.calibrate_files import calibrate_files, dump_entry
+    from planner.report import out, print_json
+
+    deploy = dict(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None)
+    fw, report = calibrate_files(results, hardware, model, name, deploy)
+    path = Path(output or f"{name}.yaml")
+    path.write_text(dump_entry(name, fw, report, str(path)))
+    report["written"] = str(path)
+    if json_out:
+        print_json(report)
+        return
+    out.print(f"{name}: step overhead {report['step_overhead_ms']:.2f} ms, GEMM scale {report['gemm_scale']:.3f}, "
+              f"memory scale {report['memory_scale']:.3f} from {report['runs']} run(s) ({', '.join(report['tools'])})")
+    out.print(f"error on those runs: median {report['median_abs_rel_error']:.1%}, max "
+              f"{report['max_abs_rel_error']:.1%}; slowdown P10/P50/P90 "
+              + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"]))
+    if report["at_bounds"]:
+        out.print(f"warning: {', '.join(report['at_bounds'])} ended at the edge of its range: the runs hold "
+                  "something the engine model does not (e.g. API-server latency in TTFT), read the errors above")
+    out.print(f"wrote {path} (use it as --framework {path} or engine.framework: {path})")
 
 
 def main() -> None:

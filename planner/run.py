@@ -25,14 +25,19 @@ class PlanResult(BaseModel):
     simulation: SimCheck | None = None
     notes: list[str] = []
     prices: list[PriceQuote] = []
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def run_scenario(scn: Scenario):
-    """Run the scenario's design; the result states the prices it used (``plan_prices``)."""
+    """Run the scenario's design at its ``confidence`` quantile of the error bands, and at the
+    median, and attach both sizes (``certainty``: ``planner.confidence``); the result states the
+    prices it used (``plan_prices``)."""
+    from planner.confidence import sized_at
     from planner.plan_prices import scenario_hardware, scenario_prices, with_prices
 
     rates = scn.cost.rates(scenario_hardware(scn))
-    return with_prices(_run_design(scn, rates), scenario_prices(scn))
+    result = sized_at(scn, lambda s: _run_design(s, rates), headline)
+    return with_prices(result, scenario_prices(scn))
 
 
 def _run_design(scn: Scenario, rates: dict[str, float]):

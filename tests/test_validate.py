@@ -54,7 +54,7 @@ def test_modern_nvidia_points():
     # full-length KV reservation caps the batch: TPOT -20%, TTFT +31%); closed-loop TTFT at
     # concurrency 5-50 is underestimated by ~35% (prefill batching of synchronized clients), see README
     import numpy as np
-    rows = [r for r in validate()["points"] if r["id"].startswith("nim-")]
+    rows = [r for r in validate()["points"] if r["source"] == "nim_2025"]
     assert np.median([abs(r["rel_error"]) for r in rows]) <= 0.20
     assert all(abs(r["rel_error"]) <= 0.25 for r in rows if r["metric"] == "tpot_s")
 

@@ -110,15 +110,20 @@ DEFAULT_FRAMEWORK = "vllm"
 
 
 def load_framework_file(path: str | Path) -> Framework:
-    """A framework entry from a YAML file of its own (e.g. written by a calibration run)."""
+    """A framework entry from a YAML file of its own: either the entry's fields at the top level,
+    or one ``name: {description: ..., ...}`` entry as ``planner calibrate`` writes it."""
     path = Path(path)
     data, lines = load_yaml(path)
     if not isinstance(data, dict):
-        raise InputError(f"{path}:1: a framework entry is a YAML mapping")
+        raise InputError(f"{path}:1: a framework file is a YAML mapping (one entry, 'name: {{description: ...}}')")
+    name, spec, spec_lines = path.stem, data, lines
+    if "description" not in data and len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        name, spec = next(iter(data.items()))
+        spec_lines = {k[1:]: v for k, v in lines.items() if k[:1] == (name,)}
     try:
-        return Framework.model_validate({"name": path.stem, **data})
+        return Framework.model_validate({**spec, "name": str(name)})
     except ValidationError as e:
-        raise validation_error(path, e, lines, Framework) from None
+        raise validation_error(path, e, spec_lines, Framework) from None
 
 
 def framework(name: str | Framework) -> Framework:

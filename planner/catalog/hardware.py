@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from planner.catalog import derate
 from planner.catalog.dtypes import DType
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
@@ -367,14 +368,14 @@ def hardware(name: str | HardwareProfile) -> HardwareProfile:
     if isinstance(name, HardwareProfile):
         return name
     if str(name).endswith((".yaml", ".yml")):
-        return load_hardware_file(name)
+        return derate.active(load_hardware_file(name))
     key = str(name).lower()
     if key not in _CACHE:
         _load_one(key)
     if key not in _CACHE:
         _load_bundled()
         raise unknown_name("hardware", str(name), sorted(_CACHE))
-    return _CACHE[key]
+    return derate.active(_CACHE[key])     # at a confidence quantile inside derate.performance_at
 
 
 def _load_one(key: str) -> None:

@@ -53,6 +53,7 @@ class FleetResult(BaseModel):
     instance_usd_per_h: dict[str, float]
     best_single: dict[str, float]        # $/h of serving everything on one hardware type (within availability)
     saving_vs_best_single: float
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def _buckets(workload: Workload, k: int) -> list[tuple[LengthStats, float, dict]]:

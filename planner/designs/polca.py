@@ -105,6 +105,7 @@ class PolcaResult(BaseModel):
     extra_servers: int
     notes: list[str] = []
     power_series: dict[str, list[float]] = {}   # hourly row power at the chosen level, for plots
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def _clock_curves(model, hw, lay, dtypes, engine, stats, scv, clocks):

@@ -122,6 +122,7 @@ class PrfaasResult(BaseModel):
     counterfactual: dict | None = None
     simulation: PrfaasSimCheck | None = None
     notes: list[str] = []
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def _state_bytes(model: ModelSpec, kv: DType) -> float:

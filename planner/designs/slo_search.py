@@ -55,6 +55,7 @@ class SloSearchResult(BaseModel):
     best: list[Config]               # best per (hardware, mode)
     pareto: list[Config]             # tokens/s/GPU vs tokens/s/user, all hardware and modes
     verdict: str
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, slo: SLO, engine: Engine,

@@ -317,6 +317,7 @@ class SplitwiseResult(BaseModel):
     ratios: list[dict]               # each design against each baseline
     verdicts: list[str] = []         # does disaggregation pay against the baselines, and why
     pareto: list[dict] = []          # searched splits not dominated in (throughput, cost, power)
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,

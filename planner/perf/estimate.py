@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
@@ -34,6 +35,7 @@ from planner.perf.comm import collective_time
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
+from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
 
@@ -124,7 +126,7 @@ class MemoryEstimate(Frozen):
     max_batch: int
 
 
-class Estimate(Frozen):
+class Estimate(Banded):
     """One instance, one batch, no queueing (``planner.estimate``)."""
 
     model: str
@@ -195,6 +197,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     usd = devices * hw.price.rent.value if hw.price.rent else None
     out_tps = batch * output_len / e2e
     reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len)
+    bounds = phase_bounds(r.prefill, r.decode, ttft, (output_len - 1) * tpot)
     return Estimate(
         model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, accelerators=devices,
         batch=batch,
@@ -208,8 +211,17 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             max_batch=int(f(mem.max_batch))),
         prefill=_phase(r.prefill, ttft), decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
-        infeasible_reason=reason, suggestions=suggestions,
+        infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
+        **band_fields(hw.vendor, hw.framework, bounds, ttft, tpot, out_tps),
     )
+
+
+def phase_bounds(prefill: StepTime, decode: StepTime, prefill_s: float, decode_s: float) -> dict[str, str]:
+    """Error-band bound of each phase of one candidate; ``serving`` takes the bound of whichever
+    phase takes more of a request's time (``prefill_s`` vs ``decode_s``)."""
+    out = {"prefill": str(np.ravel(dominant_bound(prefill))[0]), "decode": str(np.ravel(dominant_bound(decode))[0])}
+    out["serving"] = out["prefill"] if prefill_s >= decode_s else out["decode"]
+    return out
 
 
 def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dtypes: DTypes,
