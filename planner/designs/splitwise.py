@@ -27,6 +27,7 @@ from planner.catalog.frameworks import framework as get_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
+from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
@@ -93,8 +94,12 @@ class SplitwiseSpec(Frozen):
     weight_dtype: DType = DType.bf16
     kv_transfer: Literal["layerwise", "serialized"] = "layerwise"
     serialize_below_tokens: int = Field(512, ge=0, description="Splitwise serializes short prompts' KV")
-    transfer_overhead_s: float = Field(0.005, ge=0, description="exposed cost of layer-wise transfer "
-                                       "(Splitwise Sec. 6.1: ~5 ms on H100, ~8 ms on A100)")
+    transfer_overhead_s: float | None = Field(None, ge=0, description="exposed cost of layer-wise transfer; "
+                                              "default per hardware (Splitwise Sec. 6.1: ~5 ms on H100, ~8 ms "
+                                              "on A100; planner/designs/kv_link.py)")
+    mixed_pool: bool = Field(False, description="Splitwise's mixed pool: machines are borrowed across pools (a "
+                             "prompt machine decodes, a token machine prefills, or either runs both phases with "
+                             "prompts first) when the load calls for it; planner/designs/mixed_pool.py")
     link_gbps: float | None = Field(None, gt=0, description="KV-transfer bandwidth per instance (Gb/s); "
                                     "default: the instance's NICs (devices x NIC x scale-out efficiency)")
     slowdown_slo: SlowdownReference | None = None
@@ -218,13 +223,39 @@ def _metrics(name, kind, machines, accelerators, rate, stats, m, i, binding, usd
                        avg_power_w=avg_w, output_tokens_per_joule=rate * stats.mean_output / avg_w)
 
 
+def prompt_service(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
+                   workload: Workload) -> tuple[np.ndarray, np.ndarray, float]:
+    """(prompt lengths at 48 quantiles, prefill seconds of each on one instance, mean device power
+    while prefilling) over the workload's prompt-length distribution (prefix hits skipped)."""
+    i, _, w = workload.joint_support()
+    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
+    support = weighted_quantile(pre_len, w, (np.arange(48) + 0.5) / 48)
+    it = iteration(model, hw, lay, dtypes, 0.0, 16.0, support, support)
+    return support, it.time_s, float(np.mean(it.power_w))
+
+
+def prompt_ttft(wait: np.ndarray, rho: np.ndarray, service_s: np.ndarray) -> dict[str, np.ndarray]:
+    """TTFT mean and percentiles of the prompt pool: the queue's mean ``wait`` at utilisation
+    ``rho`` (any shape) with an exponential tail beyond the probability ``rho`` of waiting, plus
+    the service quantile over the prompt-length support ``service_s``."""
+    ttft = {"mean": wait + float(service_s.mean())}
+    for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wq = np.where(rho > 1 - qv, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - qv)), 0)
+        ttft[k] = wq + float(np.quantile(service_s, qv))
+    return ttft
+
+
 def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProfile, token_hw: HardwareProfile,
                   d: Candidate, prompt_tokens: np.ndarray, prefill_s: np.ndarray, kv_dtype: DType) -> tuple:
     """(exposed transfer seconds, bytes) of shipping each prompt's KV cache to a token machine."""
     nbytes = kv_cache_bytes_per_token(model, kv_dtype) * np.asarray(prompt_tokens, float)
     bw = _link_bytes_per_s(spec, prompt_hw, token_hw, d)
     full = nbytes / bw + prompt_hw.scale_out.latency.value
-    layered = np.maximum(full - prefill_s, 0) + nbytes / model.num_layers / bw + spec.transfer_overhead_s
+    exposed = spec.transfer_overhead_s
+    if exposed is None:
+        exposed = pair_overhead_s((d.prompt.hardware, prompt_hw), (d.token.hardware, token_hw))
+    layered = np.maximum(full - prefill_s, 0) + nbytes / model.num_layers / bw + exposed
     serial = (spec.kv_transfer == "serialized") | (np.asarray(prompt_tokens) < spec.serialize_below_tokens)
     return np.where(serial, full, layered), nbytes
 
@@ -232,9 +263,7 @@ def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProf
 def _link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) -> float:
     if spec.link_gbps is not None:
         return spec.link_gbps * 1e9 / 8
-    per = [hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * _devices(p)
-           for hw, p in ((prompt_hw, d.prompt), (token_hw, d.token))]
-    return min(per)
+    return link_bytes_per_s(prompt_hw, _devices(d.prompt), token_hw, _devices(d.token))
 
 
 def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
@@ -245,13 +274,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
     check_layout(model, play)
     check_layout(model, tlay)
-    # prompt service times over the prompt-length distribution (quantile support)
+    support, s, pre_w = prompt_service(model, php, play, dtypes, workload)
     i, o, w = workload.joint_support()
-    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
-    q = (np.arange(48) + 0.5) / 48
-    support = weighted_quantile(pre_len, w, q)
-    pre_it = iteration(model, php, play, dtypes, 0.0, 16.0, support, support)
-    s, pre_w = pre_it.time_s, float(np.mean(pre_it.power_w))
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
     es, es2 = float(s.mean()), float((s**2).mean())
     cs2 = es2 / es**2 - 1
@@ -277,13 +301,9 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     kv_wait = np.where(np.isfinite(tpot["mean"]), kv_wait, np.inf)
     for p in PERCENTILES:                       # the wait stretches the gaps of the requests that waited
         tpot[p] = tpot[p] + kv_wait / max(stats.mean_output - 1, 1) * {"p50": 0.5, "p90": 1.5, "p99": 3.0}[p]
-    ttft = {"mean": wait + es}
+    ttft = prompt_ttft(wait, rho, s)
     e2e = {}
     for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            wq = np.where(rho > 1 - qv, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - qv)), 0)
-        sq = float(np.quantile(s, qv))
-        ttft[k] = wq + sq
         xq = float(np.quantile(xfer, qv))
         first = ttft[k] if k == "p50" else ttft["mean"]     # as in serving.queueing
         e2e[k] = first + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
@@ -307,7 +327,13 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
     power = _power(d.prompt, php) + _power(d.token, thw)
-    return _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
+    row = _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
+    if spec.mixed_pool:
+        from planner.designs.mixed_pool import evaluate_mixed
+
+        row = evaluate_mixed(model, d, spec.model_copy(update={"mixed_pool": False}), workload, slo, engine, dtypes,
+                             usd_per_h, row)[0]
+    return row
 
 
 class SplitwiseResult(BaseModel):

@@ -66,6 +66,7 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
 def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit,
                 tp_p, tp_t):
     php, thw = _hw(prompt_hw, spec.framework), _hw(token_hw, spec.framework, cap)
+    spec = spec.model_copy(update={"mixed_pool": False})     # pool capacities of fixed pools
     unit = {"cost": lambda hw, name, tp: tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
             "power": lambda hw, name, tp: tp * hw.power.tdp.value,
             "machines": lambda hw, name, tp: tp / 8}[sr.budget]     # machines of 8 accelerators
