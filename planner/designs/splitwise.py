@@ -390,24 +390,50 @@ class SplitwiseSimCheck(BaseModel):
 
 def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
                     engine: Engine, rate: float, requests: int, seed: int) -> SplitwiseSimCheck:
-    """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s."""
-    from planner.serving.simulate import simulate_disaggregated
+    """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s: JSQ on pending
+    tokens over the prompt and the token machines; with ``spec.mixed_pool`` the machines take the
+    roles the analytic mixed pool settles on (planner.designs.mixed_pool)."""
+    from planner.serving.simulate_pools import Machine, simulate_pools
     from planner.serving.slo import judge
 
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
-    php = _hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
-    thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
-    play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
+    pools, prompt_n, token_n, mixed_n, share = _sim_roles(model, d, spec, workload, slo, engine, dtypes)
+    hws = [_hw(p.hardware, spec.framework, p.power_cap) for p in pools]
+    lays = [Layout.of(p.tp, 1, p.pp) for p in pools]
+
+    def machines(counts):
+        return [Machine(hws[k], lays[k], k) for k, c in enumerate(counts) for _ in range(c)]
+
+    def transfer(kp, kt, tokens, prefill_s):
+        pair = d.model_copy(update={"prompt": pools[kp], "token": pools[kt]})
+        return kv_transfer_s(model, spec, hws[kp], hws[kt], pair, tokens, prefill_s, kv)[0]
+
     a, i, o = workload.with_rate(rate).sample(requests, seed)
-
-    def transfer(tokens, prefill_s):
-        return kv_transfer_s(model, spec, php, thw, d, tokens, prefill_s, kv)[0]
-
-    r = simulate_disaggregated(model, (php, play, d.prompt.count), (thw, tlay, d.token.count), dtypes,
-                               engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
-                               prefix_hit=workload.prefix_hit, seed=seed)
+    r = simulate_pools(model, dtypes, engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
+                       machines(prompt_n), machines(token_n), machines(mixed_n), share, engine,
+                       prefix_hit=workload.prefix_hit, seed=seed)
     measured, _, bad = judge(slo, r.ttft_s, r.tpot_s, r.e2e_s, r.output_len)
     return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
                              tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,
                              meets_slo=not bad, violations=bad)
+
+
+def _sim_roles(model, d: Candidate, spec: SplitwiseSpec, workload, slo, engine, dtypes):
+    """(pool of each machine type, prompt / token / mixed machines per type, share of requests
+    served on mixed machines): the design's own pools, or the mixed pool's settled roles."""
+    if not spec.mixed_pool:
+        same = (d.prompt.hardware, d.prompt.tp, d.prompt.pp, d.prompt.power_cap) == \
+            (d.token.hardware, d.token.tp, d.token.pp, d.token.power_cap)
+        if same:
+            return [d.prompt], [d.prompt.count], [d.token.count], [0], 0.0
+        return [d.prompt, d.token], [d.prompt.count, 0], [0, d.token.count], [0, 0], 0.0
+    from planner.designs.mixed_pool import best_roles, machine_types
+
+    fixed = spec.model_copy(update={"mixed_pool": False})
+    types, _, _ = machine_types(model, d, fixed, workload, slo, engine, dtypes, {})
+    roles = best_roles(types)
+    pools = [d.prompt.model_copy(update={"hardware": t.hardware, "tp": t.tp, "pp": t.pp, "power_cap": t.power_cap,
+                                         "count": t.count}) for t in types]
+    mixed_rate = sum(t.mixed_rate * n for t, n in zip(types, roles.mixed, strict=True))
+    return pools, list(roles.prompt), list(roles.token), list(roles.mixed), mixed_rate / max(roles.rate, 1e-300)
