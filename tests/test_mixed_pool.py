@@ -154,3 +154,40 @@ def test_jsq_token_prefers_the_faster_machine():
     # t = 1.5 s machine 0 has 0 pending and machine 1 still (4 - 1.5) / 0.04 = 62.5
     where = jsq_token(np.array([0.0, 0.0, 1.5]), np.full(3, 100.0), np.array([0.01, 0.04]))
     assert where.tolist() == [0, 1, 0]
+
+
+def test_joint_budget_holds_every_limit_at_once():
+    # search at the cost AND provisioned power AND machine count of 40 DGX-H100: every split found
+    # must fit all three (e.g. 86 A100 machines fit the cost but not the 40 machines), and adding
+    # budgets never raises the best rate
+    from planner.designs.splitwise import plan_splitwise
+
+    scn = load_scenario(ROOT / "scenarios/splitwise-iso-cost-conv.yaml")
+    m = planner.model(scn.model)
+
+    def run(budget):
+        search = scn.design.search.model_copy(update={"budget": budget, "pairs": [("h100-sxm", "a100-80g")]})
+        spec = scn.design.model_copy(update={"search": search, "designs": []})
+        r = plan_splitwise(m, spec, scn.workload, scn.slo, scn.engine, scn.cost.usd_per_h, "joint")
+        return r.rows[:2], [row for row in r.rows if row.name.startswith("best ")]
+
+    (_, h100), joint = run(["cost", "power", "machines"])
+    assert joint
+    for row in joint:
+        assert row.usd_per_h <= h100.usd_per_h * 1.001
+        assert row.provisioned_power_w <= h100.provisioned_power_w * 1.001
+        assert row.accelerators <= h100.accelerators
+    _, cost_only = run("cost")
+    assert max(r.max_rate for r in joint) <= max(r.max_rate for r in cost_only) * 1.001
+    assert max(r.accelerators for r in cost_only) > h100.accelerators      # the machine limit did bind
+
+
+def test_joint_budget_input_errors():
+    from pydantic import ValidationError
+
+    from planner.designs.splitwise import SplitSearch
+
+    with pytest.raises(ValidationError, match="not in budget"):
+        SplitSearch(pairs=[("a100-80g", "a100-80g")], budget="cost", limit={"power": 1e5})
+    with pytest.raises(ValidationError, match="> 0"):
+        SplitSearch(pairs=[("a100-80g", "a100-80g")], budget=["cost", "power"], limit={"cost": 0, "power": 1e5})

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import framework as get_framework
@@ -72,15 +72,37 @@ class SlowdownReference(Frozen):
     e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
 
 
+BudgetKind = Literal["cost", "power", "machines"]
+
+
 class SplitSearch(Frozen):
     """Find the best pool sizes for each (prompt, token) hardware pair under a budget: the cost or
     provisioned power of a named baseline, or a number of machines."""
 
     pairs: list[tuple[str, str]] = Field(min_length=1)
     token_power_caps: list[float] = [1.0]
-    budget: Literal["cost", "power", "machines"] = "cost"
-    of_baseline: str | None = Field(None, description="take the budget from this baseline")
-    limit: float | None = Field(None, gt=0, description="explicit budget: $/h, W or machines")
+    budget: BudgetKind | list[BudgetKind] = Field("cost", description="one budget, or several that must all hold "
+                                                  "(a joint budget: e.g. [cost, power, machines])")
+    of_baseline: str | None = Field(None, description="take the budget(s) from this baseline")
+    limit: float | dict[BudgetKind, float] | None = Field(
+        None, description="explicit budget: $/h, W or machines; with several budgets a mapping "
+        "{cost: ..., power: ..., machines: ...} (a kind left out is taken from of_baseline)")
+
+    @model_validator(mode="after")
+    def _positive(self) -> SplitSearch:
+        if isinstance(self.budget, list) and not self.budget:
+            raise ValueError("budget: give at least one of cost, power, machines")
+        limits = self.limit.values() if isinstance(self.limit, dict) else [self.limit]
+        if any(v is not None and v <= 0 for v in limits):
+            raise ValueError("limit: budgets must be > 0")
+        if isinstance(self.limit, dict) and set(self.limit) - set(self.budgets):
+            raise ValueError(f"limit names {sorted(set(self.limit) - set(self.budgets))}, not in budget {self.budgets}")
+        return self
+
+    @property
+    def budgets(self) -> list[str]:
+        """The budget kinds, the first one primary (the one min_budget minimises)."""
+        return [self.budget] if isinstance(self.budget, str) else list(dict.fromkeys(self.budget))
     objective: Literal["max_throughput", "min_budget"] = Field(
         "max_throughput", description="most requests/s within the budget, or the least budget (cost, power or "
         "machines) that serves target_rate")
