@@ -182,3 +182,20 @@ def print_fleet(r) -> None:
     singles = ", ".join(f"{h} ${v:,.1f}/h" for h, v in sorted(r.best_single.items(), key=lambda x: x[1]))
     out.print(f"[bold]fleet ${r.usd_per_h:,.1f}/h; one hardware type alone: {singles or 'none within availability'}"
               + (f"; saving {r.saving_vs_best_single:.0%}" if r.best_single else "") + "[/]")
+
+
+def print_distserve(r) -> None:
+    t = Table(title=f"{r.scenario}: {r.model} on {r.hardware}, goodput per GPU with {r.attainment:.0%} of requests "
+                    f"within TTFT {si(r.ttft_s, 's')} and TPOT {si(r.tpot_s, 's')}")
+    for col in ("placement", "layout", "GPUs", "req/s per GPU", "prefill req/s", "decode req/s", "KV handoff",
+                "binding"):
+        t.add_column(col)
+    for b in r.best:
+        def num(x):
+            return f"{x:.3g}" if x == x else "-"
+
+        t.add_row(b.placement, b.layout, str(b.gpus), num(b.goodput_per_gpu), num(b.prefill_goodput),
+                  num(b.decode_goodput), si(b.kv_transfer_s, "s") if b.kv_transfer_s == b.kv_transfer_s else "-",
+                  b.binding)
+    out.print(t)
+    out.print(f"[bold]{r.verdict}[/]")

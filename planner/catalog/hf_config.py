@@ -1,7 +1,7 @@
 """Read a local HuggingFace ``config.json`` into a ModelSpec.
 
 Supported ``model_type`` families: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_next,
-deepseek_v2/v3, kimi_k2, kimi_linear, bloom. Anything else, or a config missing a field these
+deepseek_v2/v3, kimi_k2, kimi_linear, bloom, opt. Anything else, or a config missing a field these
 need, gets an ``InputError`` naming the field. Nothing is ever downloaded.
 """
 
@@ -18,7 +18,8 @@ from planner.errors import InputError
 
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
 _DEEPSEEK_LIKE = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
-SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom"})
+SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom",
+                                                   "opt"})
 
 
 class _Config:
@@ -74,6 +75,9 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
     if model_type == "bloom":
         spec.update(gated_ffn=False, biases=True, embedding_norm=True, num_kv_heads=heads,
                     tie_word_embeddings=True)
+    if model_type == "opt":     # MHA, ReLU MLP of ffn_dim with biases, tied embeddings (learned positions not counted)
+        spec.update(gated_ffn=False, biases=True, num_kv_heads=heads, intermediate_size=c.int("ffn_dim"),
+                    tie_word_embeddings=bool(c.get("tie_word_embeddings", True)))
     if model_type == "mixtral" or model_type == "qwen3_moe":
         every = c.int("decoder_sparse_step", default=1)
         only_dense = tuple(c.get("mlp_only_layers") or ())

@@ -118,9 +118,9 @@ def fixed_roles(types: list[MachineType], prompt_count: list[int], token_count: 
 
 
 def prompt_rates(model: ModelSpec, hw, lay: Layout, dtypes: DTypes, workload: Workload, slo: SLO,
-                 count: int) -> np.ndarray:
-    """SLO-meeting rate of n = 0..count prompt machines (TTFT bounds, utilisation < 1), all n at
-    once: a (count, rates) grid of G/G/n waits."""
+                 count: int, kv_cap: float = np.inf) -> np.ndarray:
+    """SLO-meeting rate of n = 0..count prompt machines (TTFT bounds, utilisation < 1, at most
+    ``kv_cap`` requests/s each through its NICs), all n at once: a (count, rates) grid of G/G/n."""
     from planner.designs.splitwise import prompt_service, prompt_ttft
 
     _, s, _ = prompt_service(model, hw, lay, dtypes, workload)
@@ -135,14 +135,22 @@ def prompt_rates(model: ModelSpec, hw, lay: Layout, dtypes: DTypes, workload: Wo
         ok &= ttft[p] <= bound
     first_bad = np.where(ok.all(axis=1), ok.shape[1], np.argmin(ok, axis=1))
     best = np.where(first_bad > 0, rates[np.arange(count), np.maximum(first_bad - 1, 0)], 0.0)
-    return np.concatenate([[0.0], best])
+    return np.concatenate([[0.0], np.minimum(best, n[:, 0] * kv_cap)])
 
 
 def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engine: Engine, dtypes: DTypes,
                   usd_per_h: dict[str, float]) -> tuple[list[MachineType], list[int], list[int]]:
     """The design's machine types (identical pools merge) with their role capacities, and the
     design's own prompt and token counts per type."""
-    from planner.designs.splitwise import Baseline, _hw, evaluate_colocated, evaluate_splitwise
+    from planner.designs.splitwise import (
+        Baseline,
+        _hw,
+        _link_bytes_per_s,
+        evaluate_colocated,
+        evaluate_splitwise,
+        kv_transfer_s,
+        prompt_service,
+    )
 
     pools = [d.prompt, d.token]
     keys = list(dict.fromkeys((p.hardware, p.tp, p.pp, p.power_cap) for p in pools))
@@ -159,8 +167,15 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
             dtypes, usd_per_h).max_rate
         mixed_one = evaluate_colocated(model, Baseline(name="mixed", pool=pool), workload, slo, engine, dtypes,
                                        spec.framework, usd_per_h).max_rate
+        # a prompt machine ships each request's KV to a token machine of the design's token type
+        pair = d.model_copy(update={"prompt": pool})
+        thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
+        support, s, _ = prompt_service(model, hw, lay, dtypes, workload)
+        mean_bytes = float(kv_transfer_s(model, spec, hw, thw, pair, support, s, dtypes.kv)[1].mean())
+        kv_cap = _link_bytes_per_s(spec, hw, thw, pair) / mean_bytes
         types.append(MachineType(hw_name, tp, pp, cap, count[key],
-                                 prompt_rates(model, hw, lay, dtypes, workload, slo, count[key]), token_one, mixed_one))
+                                 prompt_rates(model, hw, lay, dtypes, workload, slo, count[key], kv_cap), token_one,
+                                 mixed_one))
     own = [(p.hardware, p.tp, p.pp, p.power_cap) for p in pools]
     prompt_n = [d.prompt.count if k == own[0] else 0 for k in keys]
     token_n = [d.token.count if k == own[1] else 0 for k in keys]
