@@ -227,7 +227,7 @@ def _high_affinity(spec, hw, pl, dl, g_p, curve, tpot, target, gaps, kv_bytes) -
     link = np.minimum(nodes_p[:, None], nodes_d[None, :]) * node_bps              # (P, D) bytes/s
     xfer = kv_bytes / link
     g_d = decode_goodput(curve, tpot, target, gaps, xfer)                       # (P, D)
-    cap_p = np.minimum(g_p[:, None], nodes_p[:, None] * node_bps / kv_bytes)      # sending NICs
+    cap_p = np.minimum(g_p[:, None], nodes_p[:, None] * node_bps / kv_bytes) + 0 * g_d   # sending NICs, (P, D)
     cap_d = np.minimum(g_d, nodes_d[None, :] * node_bps / kv_bytes)               # receiving NICs
     with np.errstate(divide="ignore"):
         per_gpu = np.where((cap_p > 0) & (cap_d > 0),
