@@ -364,6 +364,13 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
         energy += e * int(np.ravel(tlay.devices)[0])
         preempt += pr
         iters += it
+    return split_result(arrival_s, input_len, output_len, ttft, first_token, done, energy, preempt, iters, warmup_frac)
+
+
+def split_result(arrival_s, input_len, output_len, ttft, first_token, done, energy, preempt, iters,
+                 warmup_frac) -> SimResult:
+    """SimResult of requests (arrival order) whose first token came at ``first_token`` (TPOT is
+    measured from it), the warm-up's arrivals left out."""
     keep = np.isfinite(done) & (arrival_s >= arrival_s[0] + warmup_frac * (arrival_s[-1] - arrival_s[0]))
     o = output_len[keep]
     tpot = np.where(o > 1, (done[keep] - first_token[keep]) / np.maximum(o - 1, 1), 0.0)

@@ -30,7 +30,7 @@ from planner.errors import InfeasibleError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
-from planner.serving.simulate import IterationTable, SimResult, _run_instance, _steady_throughput, kv_capacity
+from planner.serving.simulate import IterationTable, SimResult, _run_instance, kv_capacity, split_result
 
 
 @dataclass(frozen=True)
@@ -116,12 +116,7 @@ def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: 
                                 np.flatnonzero(to_mixed), prefix_hit, rng, ttft, done)
         energy, preempt, iters = energy + e, preempt + pr, iters + it
         first[to_mixed] = arrival_s[to_mixed] + ttft[to_mixed]
-    keep = np.isfinite(done) & (arrival_s >= arrival_s[0] + warmup_frac * (arrival_s[-1] - arrival_s[0]))
-    o = output_len[keep]
-    tpot = np.where(o > 1, (done[keep] - first[keep]) / np.maximum(o - 1, 1), 0.0)
-    span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
-    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters,
-                     _steady_throughput(arrival_s, done, warmup_frac))
+    return split_result(arrival_s, input_len, output_len, ttft, first, done, energy, preempt, iters, warmup_frac)
 
 
 def _kinds(machines: list[Machine]) -> dict[int, Machine]:
