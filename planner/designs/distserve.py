@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
+from planner.designs.pool_physics import machine_hw, prompt_service
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.normal import cdf as ndtr
@@ -116,8 +117,6 @@ def prefill_goodput(model, hw, lay: Layout, dtypes, engine: Engine, workload: Wo
     The instance is one server whose capacity is that of a full iteration of packed prompts
     (``mu = budget / t(budget)`` tokens/s, as DistServe batches queued prompts up to a token
     budget); a request's own prompt takes ``D(L)``, alone."""
-    from planner.designs.splitwise import prompt_service
-
     d = np.stack([prompt_service(model, hw, Layout.of(t, 1, p), dtypes, workload)[1]
                   for t, p in zip(lay.tp, lay.pp, strict=True)])               # (C, 48) seconds
     stats = length_stats(workload)
@@ -170,8 +169,6 @@ def _node_gbps(spec: DistServeSpec, hw) -> float:
 
 def plan_distserve(model: ModelSpec, spec: DistServeSpec, workload: Workload, slo: SLO, engine: Engine,
                    name: str) -> DistServeResult:
-    from planner.designs.splitwise import _hw
-
     th = slo.thresholds()
     if "ttft_s" not in th or "tpot_s" not in th:
         from planner.errors import InputError
@@ -180,7 +177,7 @@ def plan_distserve(model: ModelSpec, spec: DistServeSpec, workload: Workload, sl
                          "both)")
     ttft, tpot = th["ttft_s"], th["tpot_s"]
     target = slo.attainment if slo.attainment is not None else spec.attainment
-    hw = _hw(spec.hardware, spec.framework)
+    hw = machine_hw(spec.hardware, spec.framework)
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     stats = length_stats(workload)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.catalog.model import ModelSpec
+from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine
@@ -121,8 +122,6 @@ def prompt_rates(model: ModelSpec, hw, lay: Layout, dtypes: DTypes, workload: Wo
                  count: int, kv_cap: float = np.inf) -> np.ndarray:
     """SLO-meeting rate of n = 0..count prompt machines (TTFT bounds, utilisation < 1, at most
     ``kv_cap`` requests/s each through its NICs), all n at once: a (count, rates) grid of G/G/n."""
-    from planner.designs.splitwise import prompt_service, prompt_ttft
-
     _, s, _ = prompt_service(model, hw, lay, dtypes, workload)
     es = float(s.mean())
     cs2 = float((s**2).mean()) / es**2 - 1
@@ -144,12 +143,10 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
     design's own prompt and token counts per type."""
     from planner.designs.splitwise import (
         Baseline,
-        _hw,
         _link_bytes_per_s,
         evaluate_colocated,
         evaluate_splitwise,
         kv_transfer_s,
-        prompt_service,
     )
 
     pools = [d.prompt, d.token]
@@ -160,7 +157,7 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
     for key in keys:
         hw_name, tp, pp, cap = key
         pool = d.prompt.model_copy(update={"hardware": hw_name, "tp": tp, "pp": pp, "power_cap": cap, "count": 1})
-        hw = _hw(hw_name, spec.framework, cap)
+        hw = machine_hw(hw_name, spec.framework, cap)
         lay = Layout.of(tp, 1, pp)
         token_one = evaluate_splitwise(model, d.model_copy(update={
             "token": pool, "prompt": d.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine,
@@ -169,7 +166,7 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
                                        spec.framework, usd_per_h).max_rate
         # a prompt machine ships each request's KV to a token machine of the design's token type
         pair = d.model_copy(update={"prompt": pool})
-        thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
+        thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
         support, s, _ = prompt_service(model, hw, lay, dtypes, workload)
         mean_bytes = float(kv_transfer_s(model, spec, hw, thw, pair, support, s, dtypes.kv)[1].mean())
         kv_cap = _link_bytes_per_s(spec, hw, thw, pair) / mean_bytes

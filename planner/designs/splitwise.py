@@ -23,21 +23,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import framework as get_framework
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
+from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
-from planner.perf.power import apply_power_cap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import at_rates, multi_server_wait, serving_curve
 from planner.serving.slo import PERCENTILES, SLO, Target
-from planner.serving.workload import LengthStats, Workload, length_stats, weighted_quantile
+from planner.serving.workload import LengthStats, Workload, length_stats
 
 
 class Pool(Frozen):
@@ -149,17 +147,10 @@ class PoolMetrics(BaseModel):
     binding: str
 
 
-def _hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
-    hw = get_hardware(name)
-    if fw:
-        hw = get_framework(fw).apply(hw)
-    return apply_power_cap(hw, cap)
-
-
 def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
                  fw: str | None) -> SLO:
     """Absolute bounds from Splitwise's slowdown SLOs at the workload's P50/P90/P99 lengths."""
-    hw = _hw(ref.hardware, fw)
+    hw = machine_hw(ref.hardware, fw)
     lay = Layout.of(ref.tp, 1, 1)
     prompts = np.array(stats.prefill_quantiles)
     t_pre = iteration(model, hw, lay, dtypes, 0.0, 16.0, prompts, prompts).time_s
@@ -203,7 +194,7 @@ def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tu
 
 def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: SLO, engine: Engine,
                        dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float]) -> PoolMetrics:
-    hw = _hw(b.pool.hardware, fw, b.pool.power_cap)
+    hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
     lay = Layout.of(b.pool.tp, 1, b.pool.pp)
     check_layout(model, lay)
     stats = length_stats(workload)
@@ -245,29 +236,6 @@ def _metrics(name, kind, machines, accelerators, rate, stats, m, i, binding, usd
                        avg_power_w=avg_w, output_tokens_per_joule=rate * stats.mean_output / avg_w)
 
 
-def prompt_service(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
-                   workload: Workload) -> tuple[np.ndarray, np.ndarray, float]:
-    """(prompt lengths at 48 quantiles, prefill seconds of each on one instance, mean device power
-    while prefilling) over the workload's prompt-length distribution (prefix hits skipped)."""
-    i, _, w = workload.joint_support()
-    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
-    support = weighted_quantile(pre_len, w, (np.arange(48) + 0.5) / 48)
-    it = iteration(model, hw, lay, dtypes, 0.0, 16.0, support, support)
-    return support, it.time_s, float(np.mean(it.power_w))
-
-
-def prompt_ttft(wait: np.ndarray, rho: np.ndarray, service_s: np.ndarray) -> dict[str, np.ndarray]:
-    """TTFT mean and percentiles of the prompt pool: the queue's mean ``wait`` at utilisation
-    ``rho`` (any shape) with an exponential tail beyond the probability ``rho`` of waiting, plus
-    the service quantile over the prompt-length support ``service_s``."""
-    ttft = {"mean": wait + float(service_s.mean())}
-    for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            wq = np.where(rho > 1 - qv, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - qv)), 0)
-        ttft[k] = wq + float(np.quantile(service_s, qv))
-    return ttft
-
-
 def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProfile, token_hw: HardwareProfile,
                   d: Candidate, prompt_tokens: np.ndarray, prefill_s: np.ndarray, kv_dtype: DType) -> tuple:
     """(exposed transfer seconds, bytes) of shipping each prompt's KV cache to a token machine."""
@@ -291,8 +259,8 @@ def _link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) ->
 def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
                        engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float]) -> PoolMetrics:
     stats = length_stats(workload)
-    php = _hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
-    thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
+    php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
+    thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
     play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
     check_layout(model, play)
     check_layout(model, tlay)
@@ -421,7 +389,7 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     pools, prompt_n, token_n, mixed_n, share = _sim_roles(model, d, spec, workload, slo, engine, dtypes)
-    hws = [_hw(p.hardware, spec.framework, p.power_cap) for p in pools]
+    hws = [machine_hw(p.hardware, spec.framework, p.power_cap) for p in pools]
     lays = [Layout.of(p.tp, 1, p.pp) for p in pools]
 
     def machines(counts):

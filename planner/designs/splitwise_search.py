@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.catalog.model import ModelSpec
-from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, _hw, evaluate_splitwise
+from planner.designs.pool_physics import machine_hw
+from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, evaluate_splitwise
 from planner.errors import InfeasibleError, InputError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
@@ -85,7 +86,7 @@ def _units(kind: str, usd_per_h: dict[str, float]):
 def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limits,
                 tp_p, tp_t):
     """The best split of one (prompt, token) hardware pair and TP within every budget in ``limits``."""
-    php, thw = _hw(prompt_hw, spec.framework), _hw(token_hw, spec.framework, cap)
+    php, thw = machine_hw(prompt_hw, spec.framework), machine_hw(token_hw, spec.framework, cap)
     spec = spec.model_copy(update={"mixed_pool": False})     # pool capacities of fixed pools
     kinds = list(limits)
     up = np.array([_units(k, usd_per_h)(php, prompt_hw, tp_p) for k in kinds])
