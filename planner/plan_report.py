@@ -205,3 +205,20 @@ def print_certainty(result) -> None:
     if size(c["at_confidence"]):
         line += f"; P50: {size(c['at_p50'])}; at {c['confidence']:.0%}: {size(c['at_confidence'])}"
     out.print(line + f"; {c['summary']}")
+
+
+def print_distserve(r) -> None:
+    t = Table(title=f"{r.scenario}: {r.model} on {r.hardware}, goodput per GPU with {r.attainment:.0%} of requests "
+                    f"within TTFT {si(r.ttft_s, 's')} and TPOT {si(r.tpot_s, 's')}")
+    for col in ("placement", "layout", "GPUs", "req/s per GPU", "prefill req/s", "decode req/s", "KV handoff",
+                "binding"):
+        t.add_column(col)
+    for b in r.best:
+        def num(x):
+            return f"{x:.3g}" if x == x else "-"
+
+        t.add_row(b.placement, b.layout, str(b.gpus), num(b.goodput_per_gpu), num(b.prefill_goodput),
+                  num(b.decode_goodput), si(b.kv_transfer_s, "s") if b.kv_transfer_s == b.kv_transfer_s else "-",
+                  b.binding)
+    out.print(t)
+    out.print(f"[bold]{r.verdict}[/]")

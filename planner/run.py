@@ -58,6 +58,10 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         from planner.designs.prfaas import plan_prfaas
 
         return plan_prfaas(m, scn.design, scn.workload, rates, scn.name)
+    if scn.design.type == "distserve":
+        from planner.designs.distserve import plan_distserve
+
+        return plan_distserve(m, scn.design, scn.workload, scn.slo, scn.engine, scn.name)
     if scn.design.type == "fleet":
         from planner.designs.fleet import plan_fleet
 
@@ -127,7 +131,8 @@ def headline(result) -> dict:
                  "accelerators": b.accelerators,
                  "usd_per_h": b.usd_per_h, "usd_per_million_output_tokens": b.usd_per_million_output_tokens,
                  "ttft_p90_s": b.ttft_s["p90"], "tpot_p90_s": b.tpot_s["p90"], "avg_power_w": b.avg_power_w,
-                 "output_tokens_per_joule": b.output_tokens_per_joule, "binding": b.binding}
+                 "output_tokens_per_joule": b.output_tokens_per_joule, "binding": b.binding,
+                 "goodput_req_per_s_per_gpu": b.max_rate_per_instance * b.instances / b.accelerators}
     elif d == "slo-search":
         top = result.best[0]
         head |= {"best": f"{top.mode} {top.hardware} {top.layout} {top.weight_dtype}",
@@ -135,7 +140,11 @@ def headline(result) -> dict:
     elif d == "splitwise":
         top = max(result.rows, key=lambda r: r.max_rate)
         head |= {"best": top.name, "max_rate": top.max_rate, "usd_per_h": top.usd_per_h,
-                 "provisioned_power_w": top.provisioned_power_w}
+                 "provisioned_power_w": top.provisioned_power_w,
+                 "goodput_req_per_s_per_gpu": top.max_rate / top.accelerators}
+    elif d == "distserve":
+        top = result.best[0]
+        head |= {"best": f"{top.placement} {top.layout}", "goodput_req_per_s_per_gpu": top.goodput_per_gpu}
     elif d == "polca":
         head |= {"extra_servers_fraction": result.extra_servers_fraction, "extra_servers": result.extra_servers}
     elif d == "prfaas":

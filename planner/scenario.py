@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
+from planner.designs.distserve import DistServeSpec
 from planner.designs.fleet import FleetSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
@@ -78,7 +79,8 @@ class SimulateSpec(Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec,
+Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec
+                   | DistServeSpec,
                    Field(discriminator="type")]
 
 
