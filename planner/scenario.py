@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.fleet import FleetSpec
+from planner.designs.horizon_spec import HorizonSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
@@ -78,7 +79,7 @@ class SimulateSpec(Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec,
+Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec | HorizonSpec,
                    Field(discriminator="type")]
 
 
@@ -96,7 +97,7 @@ class Scenario(Frozen):
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
-        if self.design.type in ("colocated", "slo-search", "fleet") and self.search is None:
+        if self.design.type in ("colocated", "slo-search", "fleet", "horizon") and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
@@ -122,6 +123,8 @@ class Scenario(Frozen):
             for key in ("input", "output"):
                 if isinstance(v.get(key), dict) and isinstance(v[key].get("trace"), str):
                     v[key] = {**v[key], "trace": _resolve(v[key]["trace"], info)}
+            if isinstance(v.get("demand"), dict) and isinstance(v["demand"].get("csv"), str):
+                v["demand"] = {**v["demand"], "csv": _resolve(v["demand"]["csv"], info)}
         return v
 
     @field_validator("workload")

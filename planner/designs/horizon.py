@@ -1,0 +1,265 @@
+"""Horizon design: capacity over a demand curve, the purchase mix, and autoscaling.
+
+1. For each candidate hardware, the inner design (colocated) picks its deployment at the demand's
+   peak rate; its per-instance SLO capacity ``c`` then gives the instances every period needs,
+   ``n_t = ceil(lambda_t / c)`` - the serving model is evaluated once per hardware (once per point
+   of a small grid of length scales when the demand file gives per-period token means, then
+   interpolated), never per period.
+2. :mod:`planner.designs.purchase` chooses reserved / on-demand / spot instances per period (MILP)
+   with energy per running instance-hour for options that pay their own power (the device power
+   at the period's load from the same serving curve, x PUE x the hour's $/kWh), and deferrable
+   batch work filling spare capacity.
+3. The cheapest hardware's plan is replayed under a reactive autoscaler
+   (:mod:`planner.designs.autoscale`) to report hourly SLO attainment, over-provisioned GPU-hours
+   and the smallest always-on (reserved) floor that keeps every hour within its target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from planner.catalog.dtypes import DType
+from planner.catalog.hardware import hardware as get_hardware
+from planner.catalog.model import ModelSpec
+from planner.designs.autoscale import safe_floor, simulate, step_demand
+from planner.designs.colocated import Deployment, plan_colocated
+from planner.designs.horizon_spec import HorizonSpec, gpu_hour_price
+from planner.designs.purchase import PurchasePlan, PurchaseProblem, Reserved, Spot, solve_purchase
+from planner.errors import InfeasibleError, InputError
+from planner.perf.cost import CostModel
+from planner.perf.ops import DTypes
+from planner.perf.parallel import Layout
+from planner.perf.params import parameter_counts
+from planner.serving.batching import Engine
+from planner.serving.demand import HOURS_PER_MONTH, DemandSeries, minute_factors
+from planner.serving.queueing import at_rates, serving_curve, slo_ok
+from planner.serving.slo import SLO
+from planner.serving.workload import Workload, length_stats_of
+
+
+class HorizonResult(BaseModel):
+    model_config = ConfigDict(frozen=True, defer_build=True)
+    scenario: str
+    design: str = "horizon"
+    model: str
+    hardware: str
+    deployment: str                    # layout of one instance
+    devices_per_instance: int
+    capacity_per_instance: float       # req/s meeting the SLOs (at the workload's mean lengths)
+    hours: float
+    peak_rate: float
+    reserved: dict[str, int]
+    totals: dict[str, float]           # reserved, on_demand, spot, energy, total ($ over the horizon)
+    comparisons: dict[str, float]      # static peak fleet on demand; on demand following demand
+    committed_beyond_horizon_usd: float
+    candidates: list[dict]             # per hardware: deployment, totals, reserved counts
+    periods: dict[str, list[float]]    # per-period table (start_h, hours, rate, need, ...)
+    monthly: list[dict]
+    batch: dict | None = None
+    autoscale: dict | None = None
+    notes: list[str] = []
+
+
+class _Candidate(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    deployment: Deployment
+    capacity: np.ndarray               # (P,) per-instance SLO capacity in each period
+    batch_capacity: float              # per-instance req/s with no latency bound (stable)
+    power_w: np.ndarray                # (P,) per device at the period's load per instance
+    need: np.ndarray                   # (P,)
+    weight_bytes: float                # the whole model in its weight format (what a new replica loads)
+
+
+def _layout_curve(model, d: Deployment, engine: Engine, stats, scv: float):
+    hw = get_hardware(d.hardware)
+    dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
+    return serving_curve(model, hw, Layout.of(d.tp, d.ep, d.pp), dtypes, engine, stats, scv)
+
+
+def _max_ok(curve, slo: SLO) -> float:
+    ok = slo_ok(curve, slo)
+    return float(np.where(ok, curve.rate, -np.inf).max()) if ok.any() else 0.0
+
+
+def _capacity(model, d: Deployment, workload: Workload, slo: SLO, engine: Engine, series: DemandSeries):
+    """Per-period SLO capacity of one instance: constant, or on a 3 x 3 grid of input/output length
+    scales (geometric, spanning the file's per-period means) interpolated bilinearly in log scale."""
+    i, o, p = workload.joint_support()
+    base = length_stats_of(i, o, p, workload.prefix_hit)
+    scv = workload.arrival.scv
+    if series.mean_input is None and series.mean_output is None:
+        return np.full(len(series), d.max_rate_per_instance), _layout_curve(model, d, engine, base, scv)
+    si = (series.mean_input / base.mean_input) if series.mean_input is not None else np.ones(len(series))
+    so = (series.mean_output / base.mean_output) if series.mean_output is not None else np.ones(len(series))
+    gi = np.geomspace(si.min(), si.max() * (1 + 1e-9), 3)
+    go = np.geomspace(so.min(), so.max() * (1 + 1e-9), 3)
+    cap = np.array([[_max_ok(_layout_curve(model, d, engine, length_stats_of(
+        np.maximum(np.round(i * a), 1), np.maximum(np.round(o * b), 1), p, workload.prefix_hit), scv), slo)
+        for b in go] for a in gi])
+    if (cap <= 0).any():
+        raise InfeasibleError(f"{d.hardware} cannot meet the SLOs at some of the demand file's mean lengths")
+    out = np.empty(len(series))
+    for k, (x, y) in enumerate(zip(np.log(si), np.log(so), strict=True)):
+        ai = np.clip(np.searchsorted(np.log(gi), x) - 1, 0, 1)
+        bi = np.clip(np.searchsorted(np.log(go), y) - 1, 0, 1)
+        fx = (x - np.log(gi[ai])) / (np.log(gi[ai + 1]) - np.log(gi[ai]) or 1.0)
+        fy = (y - np.log(go[bi])) / (np.log(go[bi + 1]) - np.log(go[bi]) or 1.0)
+        c = cap[ai:ai + 2, bi:bi + 2]
+        out[k] = (c[0, 0] * (1 - fx) * (1 - fy) + c[1, 0] * fx * (1 - fy) + c[0, 1] * (1 - fx) * fy
+                  + c[1, 1] * fx * fy)
+    return out, _layout_curve(model, d, engine, base, scv)
+
+
+def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine, cost, search) -> _Candidate:
+    peak = float(series.rate.max())
+    d = plan_colocated(model, workload.with_rate(peak), slo, engine, cost, [hw_name], search.tp, search.ep,
+                       search.pp, search.weight_dtype, search.kv_dtype, search.max_instances)[0]
+    cap, curve = _capacity(model, d, workload, slo, engine, series)
+    need = np.where(series.rate > 0, np.ceil(series.rate / cap - 1e-9), 0).astype(np.int64)
+    stable = np.isfinite(curve.rate) & (curve.rho < 1)
+    batch_cap = float(np.where(stable, curve.rate, 0).max())
+    per_instance = np.where(need > 0, series.rate / np.maximum(need, 1), 0.0)
+    power = at_rates(curve, curve.power_w, np.minimum(per_instance, d.max_rate_per_instance))
+    idle = get_hardware(hw_name).power.idle.value
+    power = np.where(need > 0, np.nan_to_num(power, nan=idle), idle)
+    weights = parameter_counts(model)[0] * DType(d.weight_dtype).bytes
+    return _Candidate(deployment=d, capacity=cap, batch_capacity=batch_cap, power_w=power, need=need,
+                      weight_bytes=float(weights))
+
+
+def _on_demand_usd(spec: HorizonSpec, hw_name: str, cost: CostModel) -> float:
+    """$/GPU-hour on demand: the option's own price, else the scenario's rental price for ``hw``."""
+    hw = get_hardware(hw_name)
+    rent = cost.usd_per_h.get(hw.name) if cost.mode.value == "rent" else None
+    return gpu_hour_price(hw, spec.purchase.on_demand, default_usd=rent)
+
+
+def _problem(spec: HorizonSpec, c: _Candidate, series: DemandSeries, cost: CostModel) -> PurchaseProblem:
+    hw = get_hardware(c.deployment.hardware)
+    dev = c.deployment.accelerators // c.deployment.instances
+    pur = spec.purchase
+    od = _on_demand_usd(spec, hw.name, cost)
+    reserved = [Reserved(r.name, dev * gpu_hour_price(hw, r, od), r.term_months * HOURS_PER_MONTH, r.min_instances,
+                         r.pays_energy) for r in pur.reserved]
+    spot = None
+    if pur.spot is not None:
+        s = pur.spot
+        restart_h = (spec.autoscale.delay_s(c.weight_bytes) if spec.autoscale else 0.0) / 3600
+        spot = Spot(dev * gpu_hour_price(hw, s, od), s.availability, s.preemptions_per_h, restart_h, s.max_share,
+                    s.pays_energy)
+    energy = None
+    if spec.energy is not None:
+        e = spec.energy
+        energy = dev * c.power_w * e.pue / 1000 * e.usd_per_kwh_at(series.start_h)
+    window = work = None
+    if spec.batch is not None:
+        b = spec.batch
+        window = (series.start_h // b.window_h).astype(int)
+        per_window = b.requests_per_day * b.window_h / 24
+        work = np.full(int(window.max()) + 1, per_window / (c.batch_capacity * 3600))
+    return PurchaseProblem(need=c.need, hours=series.duration_h, start_h=series.start_h,
+                           on_demand_usd_per_instance_h=dev * od, reserved=reserved, spot=spot,
+                           energy_usd_per_instance_h=energy, on_demand_pays_energy=pur.on_demand.pays_energy,
+                           batch_window=window, batch_instance_h=work, max_instances=spec.max_instances)
+
+
+def _totals(plan: PurchasePlan) -> dict[str, float]:
+    t = {"reserved": plan.cost_reserved.sum(), "on_demand": plan.cost_on_demand.sum(),
+         "spot": plan.cost_spot.sum(), "energy": plan.cost_energy.sum()}
+    return {k: float(v) for k, v in t.items()} | {"total": float(sum(t.values()))}
+
+
+def plan_horizon(model: ModelSpec, spec: HorizonSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
+                 search, name: str) -> HorizonResult:
+    """Cheapest hardware and purchase mix over the workload's demand curve (module docstring)."""
+    if workload.demand is None:
+        raise InputError("the horizon design needs workload.demand (a CSV or a parametric profile)")
+    series = workload.demand.series()
+    if not (series.rate > 0).any():
+        raise InputError("workload.demand has no period with a positive rate")
+    results, errors = [], []
+    for hw_name in search.hardware:
+        try:
+            c = _candidate(model, hw_name, series, workload, slo, engine, cost, search)
+            plan = solve_purchase(_problem(spec, c, series, cost))
+        except InfeasibleError as e:
+            errors.append(f"{hw_name}: {e}")
+            continue
+        results.append((c, plan))
+    if not results:
+        raise InfeasibleError("no candidate hardware serves the demand: " + "; ".join(errors))
+    c, plan = min(results, key=lambda x: x[1].total_usd)
+    return _result(model, spec, workload, cost, series, c, plan, results, name, errors)
+
+
+def _result(model, spec, workload, cost, series, c, plan, results, name, errors) -> HorizonResult:
+    d = c.deployment
+    dev = d.accelerators // d.instances
+    od = dev * _on_demand_usd(spec, d.hardware, cost)
+    H = float(series.duration_h.sum())
+    periods = {"start_h": series.start_h, "hours": series.duration_h, "rate": series.rate, "need": c.need,
+               "reserved_used": plan.used_reserved, "on_demand": plan.on_demand, "spot": plan.spot,
+               "batch_instances": plan.batch, "usd_reserved": plan.cost_reserved, "usd_on_demand": plan.cost_on_demand,
+               "usd_spot": plan.cost_spot, "usd_energy": plan.cost_energy}
+    month = (series.start_h // HOURS_PER_MONTH).astype(int)
+    monthly = []
+    for m in np.unique(month):
+        sel = month == m
+        row = {"month": int(m) + 1, "peak_rate": float(series.rate[sel].max()), "peak_need": int(c.need[sel].max())}
+        for k in ("usd_reserved", "usd_on_demand", "usd_spot", "usd_energy"):
+            row[k] = float(np.asarray(periods[k])[sel].sum())
+        row["usd_total"] = sum(row[k] for k in ("usd_reserved", "usd_on_demand", "usd_spot", "usd_energy"))
+        monthly.append(row)
+    candidates = [{"hardware": x.deployment.hardware, "deployment": _describe(x.deployment),
+                   "capacity_per_instance": float(np.median(x.capacity)), "peak_instances": int(x.need.max()),
+                   "reserved": p.reserved, **{f"usd_{k}": v for k, v in _totals(p).items()}}
+                  for x, p in results]
+    notes = [f"{e} (skipped)" for e in errors]
+    batch = None
+    if spec.batch is not None:
+        spare = np.maximum(plan.used_reserved - c.need, 0)
+        on_res = np.minimum(plan.batch, spare)
+        batch = {"requests_per_day": spec.batch.requests_per_day, "capacity_per_instance": c.batch_capacity,
+                 "instance_hours": float((plan.batch * series.duration_h).sum()),
+                 "on_reserved_share": float((on_res * series.duration_h).sum()
+                                            / max((plan.batch * series.duration_h).sum(), 1e-12))}
+    return HorizonResult(
+        scenario=name, model=model.name, hardware=d.hardware, deployment=_describe(d), devices_per_instance=dev,
+        capacity_per_instance=float(np.median(c.capacity)), hours=H, peak_rate=float(series.rate.max()),
+        reserved=plan.reserved, totals=_totals(plan),
+        comparisons={"static_peak_on_demand": float(c.need.max() * od * H),
+                     "follow_demand_on_demand": float((c.need * od * series.duration_h).sum())},
+        committed_beyond_horizon_usd=plan.committed_beyond_horizon_usd, candidates=candidates,
+        periods={k: np.asarray(v, dtype=float).tolist() for k, v in periods.items()}, monthly=monthly,
+        batch=batch, autoscale=_autoscale(spec, workload, series, c, plan) if spec.autoscale else None, notes=notes)
+
+
+def _describe(d: Deployment) -> str:
+    ep = f" ep{d.ep}" if d.ep > 1 else ""
+    pp = f" pp{d.pp}" if d.pp > 1 else ""
+    return f"{d.hardware} tp{d.tp}{ep}{pp} {d.weight_dtype}"
+
+
+def _autoscale(spec: HorizonSpec, workload: Workload, series: DemandSeries, c: _Candidate, plan: PurchasePlan) -> dict:
+    a = spec.autoscale
+    assert a is not None
+    trace = workload.demand.burst_trace if workload.demand is not None else None
+    factors = minute_factors(trace) if trace else np.ones(1)
+    ref = float(np.median(c.capacity))
+    load = series.rate * ref / c.capacity               # in requests of the reference mix
+    sd = step_demand(load, series.duration_h, factors, a.step_s, a.seed)
+    delay = a.delay_s(c.weight_bytes)
+    reserved = sum(plan.reserved.values())
+    run = simulate(sd, ref, a, delay, floor=reserved, periods=len(series))
+    floor = safe_floor(sd, ref, a, delay, len(series))
+    dev = c.deployment.accelerators // c.deployment.instances
+    step_h = sd.step_s / 3600
+    over = float(np.maximum(run.paid - run.needed, 0).sum() * dev * step_h)
+    paid = float(run.paid.sum() * dev * step_h)
+    return {"scale_up_delay_s": delay, "weight_bytes": c.weight_bytes, "step_s": sd.step_s,
+            "floor_used": reserved, "hourly_attainment": run.hourly_attainment.tolist(),
+            "hours_meeting_target": int((run.hourly_attainment >= a.hourly_target - 1e-12).sum()),
+            "periods": len(series), "min_hourly_attainment": float(run.hourly_attainment.min()),
+            "gpu_hours_paid": paid, "gpu_hours_over_provisioned": over, "safe_floor": floor,
+            "within_hour_cv": float(factors.std())}
