@@ -24,14 +24,22 @@ def plot_horizon(plt, r):
     a.set_xlabel("hour")
     a.set_ylabel(f"instances ({r.deployment})")
     a.legend(fontsize=7, loc="upper left")
-    months = [m["month"] for m in r.monthly]
-    bottom = np.zeros(len(months))
+    daily = len(r.monthly) == 1            # a horizon within a month: one bar per day
+    if daily:
+        day = ((p["start_h"] - p["start_h"][0]) // 24).astype(int)
+        x = np.unique(day) + 1
+        rows = {k: np.bincount(day, weights=p[k]) for k in ("usd_reserved", "usd_on_demand", "usd_spot", "usd_energy")}
+    else:
+        x = np.array([m["month"] for m in r.monthly])
+        rows = {k: np.array([m[k] for m in r.monthly]) for k in ("usd_reserved", "usd_on_demand", "usd_spot",
+                                                                  "usd_energy")}
+    bottom = np.zeros(len(x))
     for key, label in (("usd_reserved", "reserved"), ("usd_on_demand", "on-demand"), ("usd_spot", "spot"),
                        ("usd_energy", "energy")):
-        v = np.array([m[key] for m in r.monthly]) / 1e3
-        b.bar(months, v, bottom=bottom, label=label)
+        v = rows[key] / 1e3
+        b.bar(x, v, bottom=bottom, label=label)
         bottom += v
-    b.set_xlabel("month")
+    b.set_xlabel("day" if daily else "month")
     b.set_ylabel("k$")
     b.legend(fontsize=7)
     fig.suptitle(f"{r.scenario}: {r.hardware}, reserved {r.reserved}", fontsize=9)

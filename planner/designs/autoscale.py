@@ -94,6 +94,12 @@ class AutoscaleRun:
     step_s: float
 
 
+def _whole(rate: np.ndarray, per_replica: float) -> np.ndarray:
+    """Replicas carrying ``rate`` at ``per_replica`` each: the next whole number (exact multiples
+    stay), at least one for any positive rate."""
+    return np.where(rate > 0, np.maximum(np.ceil(rate / per_replica * (1 - 1e-9)), 1), 0)
+
+
 def simulate(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: float, floor: int = 0,
              periods: int | None = None) -> AutoscaleRun:
     """Run the reactive policy over ``sd`` (see the module docstring)."""
@@ -104,7 +110,7 @@ def simulate(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: floa
     lo = max(spec.min_replicas, floor)
     hi = spec.max_replicas if spec.max_replicas is not None else 1 << 40
     hi = max(hi, lo)
-    wish = np.clip(np.ceil(lam / (spec.target_utilization * capacity) - 1e-9), lo, hi).astype(np.int64).tolist()
+    wish = np.clip(_whole(lam, spec.target_utilization * capacity), lo, hi).astype(np.int64).tolist()
     arriving = [0] * (T + up + 1)
     ready, booting, below = lo, 0, 0
     ready_out = np.empty(T, np.int64)
@@ -135,14 +141,14 @@ def simulate(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: floa
     offered = np.bincount(sd.period, weights=lam, minlength=P)
     within = np.bincount(sd.period, weights=served, minlength=P)
     att = np.where(offered > 0, within / np.where(offered > 0, offered, 1.0), 1.0)
-    needed = np.ceil(lam / capacity - 1e-9).astype(np.int64)
+    needed = _whole(lam, capacity).astype(np.int64)
     return AutoscaleRun(att, ready_out, paid_out, needed, sd.step_s)
 
 
 def safe_floor(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: float, periods: int) -> int | None:
     """Smallest always-on replica floor with which every period meets ``hourly_target`` (bisection:
     a higher floor never lowers attainment); None if even the peak need as a floor does not."""
-    hi = int(np.ceil(sd.rate.max() / capacity - 1e-9)) if sd.rate.size else 0
+    hi = int(np.ceil(sd.rate.max() / capacity * (1 - 1e-9))) if sd.rate.size else 0
     if spec.max_replicas is not None:
         hi = min(hi, spec.max_replicas)
 

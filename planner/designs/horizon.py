@@ -116,7 +116,7 @@ def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine,
     d = plan_colocated(model, workload.with_rate(peak), slo, engine, cost, [hw_name], search.tp, search.ep,
                        search.pp, search.weight_dtype, search.kv_dtype, search.max_instances)[0]
     cap, curve = _capacity(model, d, workload, slo, engine, series)
-    need = np.where(series.rate > 0, np.ceil(series.rate / cap - 1e-9), 0).astype(np.int64)
+    need = np.where(series.rate > 0, np.ceil(series.rate / cap * (1 - 1e-9)), 0).astype(np.int64)
     stable = np.isfinite(curve.rate) & (curve.rho < 1)
     batch_cap = float(np.where(stable, curve.rate, 0).max())
     per_instance = np.where(need > 0, series.rate / np.maximum(need, 1), 0.0)
@@ -228,11 +228,19 @@ def _result(model, spec, workload, cost, series, c, plan, results, name, errors)
         scenario=name, model=model.name, hardware=d.hardware, deployment=_describe(d), devices_per_instance=dev,
         capacity_per_instance=float(np.median(c.capacity)), hours=H, peak_rate=float(series.rate.max()),
         reserved=plan.reserved, totals=_totals(plan),
-        comparisons={"static_peak_on_demand": float(c.need.max() * od * H),
-                     "follow_demand_on_demand": float((c.need * od * series.duration_h).sum())},
+        comparisons=_comparisons(c.need, plan.batch, series.duration_h, od),
         committed_beyond_horizon_usd=plan.committed_beyond_horizon_usd, candidates=candidates,
         periods={k: np.asarray(v, dtype=float).tolist() for k, v in periods.items()}, monthly=monthly,
         batch=batch, autoscale=_autoscale(spec, workload, series, c, plan) if spec.autoscale else None, notes=notes)
+
+
+def _comparisons(need: np.ndarray, batch: np.ndarray, hours: np.ndarray, od: float) -> dict[str, float]:
+    """Baselines, all on demand: a fleet sized for the peak all the time (batch work in its idle
+    hours, more if they do not suffice), and a fleet following the hourly need (batch billed by the
+    second)."""
+    work = float((need * hours).sum() + (batch * hours).sum())
+    return {"static_peak_on_demand": max(float(need.max() * hours.sum()), work) * od,
+            "follow_demand_on_demand": work * od}
 
 
 def _describe(d: Deployment) -> str:

@@ -19,6 +19,10 @@ restart (scale-up delay) of paid time, ``p_s' = p_s (1 + preemptions_per_h x res
 (owned or colocated hardware; cloud prices include it): devices x power at the period's
 utilisation x PUE x the period's $/kWh.
 
+With batch work, per-period instance-hours are continuous: on-demand and spot VMs are billed by
+the second (AWS, GCP), so batch may rent an instance for part of a period, and the reserved
+instances in use follow. The SLO traffic's need ``n_t`` stays whole; reserved counts stay integer.
+
 Periods with the same need, energy prices and active commitments have the same sub-problem, so
 without batch work they are merged (weights summed): a year of hourly periods becomes a few
 hundred classes, which keeps the MILP small.
@@ -177,6 +181,8 @@ def solve_purchase(p: PurchaseProblem) -> PurchasePlan:
     upper[iz:iz + K] = 1
     integrality = np.ones(nv)
     integrality[ib:] = 0
+    if B:    # per-second billing: batch may rent part of an instance-hour (see the module docstring)
+        integrality[iu:] = 0
     res = milp(cost, integrality=integrality, bounds=Bounds(np.zeros(nv), upper),
                constraints=[A.constraint()])
     if not res.success:
