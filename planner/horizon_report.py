@@ -47,5 +47,8 @@ def print_horizon(r) -> None:
                   f"target with the reserved floor of {a['floor_used']}, worst hour "
                   f"{a['min_hourly_attainment']:.1%}; {a['gpu_hours_over_provisioned']:,.0f} of "
                   f"{a['gpu_hours_paid']:,.0f} paid GPU-hours over-provisioned; safe floor: {floor}")
+        u = a.get("safe_target_utilization")
+        out.print("highest target utilisation keeping every hour on target with the reserved floor: "
+                  + (f"{u:.0%}" if u else "none"))
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")

@@ -56,8 +56,9 @@ def _csv(tmp_path, text, name="d.csv"):
 
 def test_demand_csv_with_timestamps_and_lengths(tmp_path):
     s = load_demand_csv(_csv(tmp_path, "timestamp,requests_per_s,mean_input_tokens\n"
-                                       "2024-05-10 00:00:00,5,1000\n2024-05-10 01:00:00,7,1200\n"
-                                       "2024-05-10 03:00:00,2,800\n"))
+                                       "2024-05-10 06:00:00,5,1000\n2024-05-10 07:00:00,7,1200\n"
+                                       "2024-05-10 09:00:00,2,800\n"))
+    assert s.clock_h0 == pytest.approx(6.0)
     assert s.start_h.tolist() == [0, 1, 3] and s.duration_h.tolist() == [1, 2, 2]
     assert s.rate.tolist() == [5, 7, 2] and s.mean_input.tolist() == [1000, 1200, 800] and s.mean_output is None
 
@@ -230,3 +231,55 @@ def test_brute_force_helper_agrees_with_hand_count():
     # R=1: 1.2 + 0 + 2 = 3.2; R=3: 3.6; R=0: 4 -> 3.2
     spot = Spot(10.0, max_share=0.0)
     assert _brute_force([1, 3], 1.0, 0.6, 0, spot) == pytest.approx(3.2)
+
+
+def test_fleet_inner_scales_the_grid_fleets_within_availability(tmp_path):
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    text = (ROOT / "scenarios/fleet-mixed.yaml").read_text()
+    text = text.replace("  rate: 40\n", "  demand: {peak_rate: 40, hours: 24}\n")
+    text = text.replace("design:\n  type: fleet\n  buckets: 4\n  available: {mi300x: 2, h200: 6}",
+                        "design:\n  type: horizon\n  inner: fleet\n"
+                        "  fleet: {buckets: 4, available: {mi300x: 2, h200: 6}}")
+    (tmp_path / "f.yaml").write_text(text)
+    scn = load_scenario(tmp_path / "f.yaml")
+    r = run_scenario(scn)
+    peak = run_scenario(load_scenario(ROOT / "scenarios/fleet-mixed.yaml"))
+    need = {k[5:]: np.array(v) for k, v in r.periods.items() if k.startswith("need_")}
+    assert need.get("mi300x", np.zeros(1)).max() <= 2 and need.get("h200", np.zeros(1)).max() <= 6
+    at_peak = int(np.argmax(r.periods["rate"]))             # 14:00: the grid's top point, the fleet at 40 req/s
+    assert {h: int(n[at_peak]) for h, n in need.items() if n[at_peak]} == peak.instances
+    assert (np.array(r.periods["need"])[np.array(r.periods["rate"]) < 20] <= sum(peak.instances.values())).all()
+
+
+def test_longer_prompts_in_a_period_lower_its_capacity(tmp_path):
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    (tmp_path / "d.csv").write_text("hour,requests_per_s,mean_input_tokens,mean_output_tokens\n"
+                                    "0,10,1155,211\n1,10,4620,211\n2,10,1155,211\n")
+    scn = (ROOT / "scenarios/horizon-chat-batch-week.yaml").read_text().replace(
+        "demand: {peak_rate: 20, trough_ratio: 0.4, peak_hour: 14, weekend_factor: 0.7, hours: 168}",
+        "demand: {csv: d.csv}")
+    scn = scn.replace("  batch: {requests_per_day: 600000, window_h: 24}\n", "")
+    (tmp_path / "s.yaml").write_text(scn)
+    load_demand_csv.cache_clear()
+    r = run_scenario(load_scenario(tmp_path / "s.yaml"))
+    need = r.periods["need"]
+    assert need[0] == need[2] and need[1] > need[0]       # 4x longer prompts at the same rate need more
+
+
+def test_safe_target_utilization_is_the_headroom_a_late_replica_needs():
+    from planner.designs.autoscale import safe_target_utilization
+
+    # rate rises 10 -> 12 req/s (capacity 1 each) and the new replicas arrive 30 minutes late:
+    # only replicas already up at 10 req/s serve the first half hour, so the second hour is fully
+    # served only if the controller already runs 12 replicas at 10 req/s: ceil(10 / u) >= 12, u < 10/11
+    rates = np.array([10.0, 12.0])
+    spec = AutoscaleSpec(scale_down_delay_s=3600, min_replicas=0, hourly_target=1.0)
+    sd = step_demand(rates, np.ones(2), np.ones(1), 60, 0)
+    u = safe_target_utilization(sd, 1.0, spec, 1800.0, 2, iterations=10)
+    assert 10 / 11 - 1 / 1024 <= u < 10 / 11
+    assert safe_target_utilization(step_demand(np.array([5.0, 5.0]), np.ones(2), np.ones(1), 60, 0), 1.0, spec,
+                                   1800.0, 2) == 1.0

@@ -8,6 +8,7 @@ taken as fixed per replica, queueing transients inside a step are not simulated)
 
 * scale up: missing replicas are requested at once and serve after ``scale_up_delay_s`` =
   provisioning + weight load (model weight bytes / load bandwidth); they are paid while booting;
+* start: as many replicas as the first step wants (a running service, not a cold start);
 * scale down: replicas above the wish are released once the wish has stayed lower for
   ``scale_down_delay_s``; never below the floor.
 
@@ -112,7 +113,7 @@ def simulate(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: floa
     hi = max(hi, lo)
     wish = np.clip(_whole(lam, spec.target_utilization * capacity), lo, hi).astype(np.int64).tolist()
     arriving = [0] * (T + up + 1)
-    ready, booting, below = lo, 0, 0
+    ready, booting, below = (wish[0] if T else lo), 0, 0     # starts warm, sized for the first step
     ready_out = np.empty(T, np.int64)
     paid_out = np.empty(T, np.int64)
     for i in range(T):
@@ -165,3 +166,21 @@ def safe_floor(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: fl
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
     return hi
+
+
+def safe_target_utilization(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: float, periods: int,
+                            floor: int = 0, iterations: int = 8) -> float | None:
+    """Highest target utilisation (to 1/2^iterations) with which every period meets
+    ``hourly_target`` on ``floor`` (bisection: a lower target keeps more headroom); None if even
+    a target of 1/2^iterations does not."""
+    def ok(u: float) -> bool:
+        run = simulate(sd, capacity, spec.model_copy(update={"target_utilization": u}), delay_s, floor, periods)
+        return bool((run.hourly_attainment >= spec.hourly_target - 1e-12).all())
+
+    lo, hi = 0.0, 1.0
+    if ok(hi):
+        return 1.0
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo if lo > 0 else None

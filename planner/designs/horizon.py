@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
-from planner.designs.autoscale import safe_floor, simulate, step_demand
+from planner.designs.autoscale import safe_floor, safe_target_utilization, simulate, step_demand
 from planner.designs.colocated import Deployment, plan_colocated
+from planner.designs.horizon_pool import Pool
 from planner.designs.horizon_spec import HorizonSpec, gpu_hour_price
 from planner.designs.purchase import PurchasePlan, PurchaseProblem, Reserved, Spot, solve_purchase
 from planner.errors import InfeasibleError, InputError
@@ -59,16 +60,6 @@ class HorizonResult(BaseModel):
     batch: dict | None = None
     autoscale: dict | None = None
     notes: list[str] = []
-
-
-class _Candidate(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-    deployment: Deployment
-    capacity: np.ndarray               # (P,) per-instance SLO capacity in each period
-    batch_capacity: float              # per-instance req/s with no latency bound (stable)
-    power_w: np.ndarray                # (P,) per device at the period's load per instance
-    need: np.ndarray                   # (P,)
-    weight_bytes: float                # the whole model in its weight format (what a new replica loads)
 
 
 def _layout_curve(model, d: Deployment, engine: Engine, stats, scv: float):
@@ -111,7 +102,7 @@ def _capacity(model, d: Deployment, workload: Workload, slo: SLO, engine: Engine
     return out, _layout_curve(model, d, engine, base, scv)
 
 
-def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine, cost, search) -> _Candidate:
+def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine, cost, search) -> Pool:
     peak = float(series.rate.max())
     d = plan_colocated(model, workload.with_rate(peak), slo, engine, cost, [hw_name], search.tp, search.ep,
                        search.pp, search.weight_dtype, search.kv_dtype, search.max_instances)[0]
@@ -124,8 +115,8 @@ def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine,
     idle = get_hardware(hw_name).power.idle.value
     power = np.where(need > 0, np.nan_to_num(power, nan=idle), idle)
     weights = parameter_counts(model)[0] * DType(d.weight_dtype).bytes
-    return _Candidate(deployment=d, capacity=cap, batch_capacity=batch_cap, power_w=power, need=need,
-                      weight_bytes=float(weights))
+    return Pool(hardware=d.hardware, label=_describe(d), devices=d.accelerators // d.instances, need=need,
+                capacity=cap, power_w=power, batch_capacity=batch_cap, weight_bytes=float(weights))
 
 
 def _on_demand_usd(spec: HorizonSpec, hw_name: str, cost: CostModel) -> float:
@@ -135,9 +126,9 @@ def _on_demand_usd(spec: HorizonSpec, hw_name: str, cost: CostModel) -> float:
     return gpu_hour_price(hw, spec.purchase.on_demand, default_usd=rent)
 
 
-def _problem(spec: HorizonSpec, c: _Candidate, series: DemandSeries, cost: CostModel) -> PurchaseProblem:
-    hw = get_hardware(c.deployment.hardware)
-    dev = c.deployment.accelerators // c.deployment.instances
+def _problem(spec: HorizonSpec, c: Pool, series: DemandSeries, cost: CostModel) -> PurchaseProblem:
+    hw = get_hardware(c.hardware)
+    dev = c.devices
     pur = spec.purchase
     od = _on_demand_usd(spec, hw.name, cost)
     reserved = [Reserved(r.name, dev * gpu_hour_price(hw, r, od), r.term_months * HOURS_PER_MONTH, r.min_instances,
@@ -151,9 +142,9 @@ def _problem(spec: HorizonSpec, c: _Candidate, series: DemandSeries, cost: CostM
     energy = None
     if spec.energy is not None:
         e = spec.energy
-        energy = dev * c.power_w * e.pue / 1000 * e.usd_per_kwh_at(series.start_h)
+        energy = dev * c.power_w * e.pue / 1000 * e.usd_per_kwh_at(series.start_h + series.clock_h0)
     window = work = None
-    if spec.batch is not None:
+    if spec.batch is not None and c.batch_capacity > 0:
         b = spec.batch
         window = (series.start_h // b.window_h).astype(int)
         per_window = b.requests_per_day * b.window_h / 24
@@ -164,10 +155,38 @@ def _problem(spec: HorizonSpec, c: _Candidate, series: DemandSeries, cost: CostM
                            batch_window=window, batch_instance_h=work, max_instances=spec.max_instances)
 
 
-def _totals(plan: PurchasePlan) -> dict[str, float]:
-    t = {"reserved": plan.cost_reserved.sum(), "on_demand": plan.cost_on_demand.sum(),
-         "spot": plan.cost_spot.sum(), "energy": plan.cost_energy.sum()}
-    return {k: float(v) for k, v in t.items()} | {"total": float(sum(t.values()))}
+_COST_KEYS = ("usd_reserved", "usd_on_demand", "usd_spot", "usd_energy")
+
+
+def _totals(plans: list[PurchasePlan]) -> dict[str, float]:
+    t = {k: float(sum(x.sum() for p in plans for x in [getattr(p, "cost_" + k)]))
+         for k in ("reserved", "on_demand", "spot", "energy")}
+    return t | {"total": float(sum(t.values()))}
+
+
+def _reserved(pools: list[Pool], plans: list[PurchasePlan]) -> dict[str, int]:
+    if len(pools) == 1:
+        return dict(plans[0].reserved)
+    return {f"{pool.hardware} {k}": n for pool, p in zip(pools, plans, strict=True) for k, n in p.reserved.items()}
+
+
+def _candidates(model, spec, workload, slo, engine, cost, search, series) -> tuple[list, list[str]]:
+    """(pools, plans) per candidate: one pool per hardware (colocated), or one fleet of pools."""
+    if spec.inner == "fleet":
+        from planner.designs.horizon_fleet import fleet_pools
+
+        if spec.batch is not None:
+            raise InputError("design.batch needs inner: colocated (fleet pools carry no batch work yet)")
+        pools = fleet_pools(model, spec.fleet, workload, slo, engine, cost, search, series)
+        return [(pools, [solve_purchase(_problem(spec, p, series, cost)) for p in pools])], []
+    results, errors = [], []
+    for hw_name in search.hardware:
+        try:
+            pool = _candidate(model, hw_name, series, workload, slo, engine, cost, search)
+            results.append(([pool], [solve_purchase(_problem(spec, pool, series, cost))]))
+        except InfeasibleError as e:
+            errors.append(f"{hw_name}: {e}")
+    return results, errors
 
 
 def plan_horizon(model: ModelSpec, spec: HorizonSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
@@ -178,60 +197,74 @@ def plan_horizon(model: ModelSpec, spec: HorizonSpec, workload: Workload, slo: S
     series = workload.demand.series()
     if not (series.rate > 0).any():
         raise InputError("workload.demand has no period with a positive rate")
-    results, errors = [], []
-    for hw_name in search.hardware:
-        try:
-            c = _candidate(model, hw_name, series, workload, slo, engine, cost, search)
-            plan = solve_purchase(_problem(spec, c, series, cost))
-        except InfeasibleError as e:
-            errors.append(f"{hw_name}: {e}")
-            continue
-        results.append((c, plan))
+    results, errors = _candidates(model, spec, workload, slo, engine, cost, search, series)
     if not results:
         raise InfeasibleError("no candidate hardware serves the demand: " + "; ".join(errors))
-    c, plan = min(results, key=lambda x: x[1].total_usd)
-    return _result(model, spec, workload, cost, series, c, plan, results, name, errors)
+    pools, plans = min(results, key=lambda x: _totals(x[1])["total"])
+    return _result(model, spec, workload, cost, series, pools, plans, results, name, errors)
 
 
-def _result(model, spec, workload, cost, series, c, plan, results, name, errors) -> HorizonResult:
-    d = c.deployment
-    dev = d.accelerators // d.instances
-    od = dev * _on_demand_usd(spec, d.hardware, cost)
-    H = float(series.duration_h.sum())
-    periods = {"start_h": series.start_h, "hours": series.duration_h, "rate": series.rate, "need": c.need,
-               "reserved_used": plan.used_reserved, "on_demand": plan.on_demand, "spot": plan.spot,
-               "batch_instances": plan.batch, "usd_reserved": plan.cost_reserved, "usd_on_demand": plan.cost_on_demand,
-               "usd_spot": plan.cost_spot, "usd_energy": plan.cost_energy}
+def _periods(series: DemandSeries, pools: list[Pool], plans: list[PurchasePlan]) -> dict[str, np.ndarray]:
+    """The per-period table, summed over pools (instances and dollars)."""
+    def total(f):
+        return sum(f(pool, p) for pool, p in zip(pools, plans, strict=True))
+
+    out = {"start_h": series.start_h, "hours": series.duration_h, "rate": series.rate,
+           "need": total(lambda c, p: c.need), "reserved_used": total(lambda c, p: p.used_reserved),
+           "on_demand": total(lambda c, p: p.on_demand), "spot": total(lambda c, p: p.spot),
+           "batch_instances": total(lambda c, p: p.batch)}
+    for k in _COST_KEYS:
+        out[k] = total(lambda c, p, k=k: getattr(p, "cost_" + k[4:]))
+    if len(pools) > 1:
+        out |= {f"need_{c.hardware}": c.need for c in pools}
+    return out
+
+
+def _monthly(series: DemandSeries, periods: dict[str, np.ndarray]) -> list[dict]:
     month = (series.start_h // HOURS_PER_MONTH).astype(int)
-    monthly = []
+    rows = []
     for m in np.unique(month):
         sel = month == m
-        row = {"month": int(m) + 1, "peak_rate": float(series.rate[sel].max()), "peak_need": int(c.need[sel].max())}
-        for k in ("usd_reserved", "usd_on_demand", "usd_spot", "usd_energy"):
-            row[k] = float(np.asarray(periods[k])[sel].sum())
-        row["usd_total"] = sum(row[k] for k in ("usd_reserved", "usd_on_demand", "usd_spot", "usd_energy"))
-        monthly.append(row)
-    candidates = [{"hardware": x.deployment.hardware, "deployment": _describe(x.deployment),
-                   "capacity_per_instance": float(np.median(x.capacity)), "peak_instances": int(x.need.max()),
-                   "reserved": p.reserved, **{f"usd_{k}": v for k, v in _totals(p).items()}}
-                  for x, p in results]
+        row = {"month": int(m) + 1, "peak_rate": float(series.rate[sel].max()),
+               "peak_need": int(periods["need"][sel].max())}
+        row |= {k: float(np.asarray(periods[k])[sel].sum()) for k in _COST_KEYS}
+        rows.append(row | {"usd_total": sum(row[k] for k in _COST_KEYS)})
+    return rows
+
+
+def _result(model, spec, workload, cost, series, pools, plans, results, name, errors) -> HorizonResult:
+    periods = _periods(series, pools, plans)
+    candidates = [{"hardware": " + ".join(c.hardware for c in ps), "deployment": " + ".join(c.label for c in ps),
+                   "capacity_per_instance": float(np.median(ps[0].capacity)) if len(ps) == 1 else 0.0,
+                   "peak_instances": int(sum(c.need for c in ps).max()), "reserved": _reserved(ps, pl),
+                   **{f"usd_{k}": v for k, v in _totals(pl).items()}} for ps, pl in results]
     notes = [f"{e} (skipped)" for e in errors]
-    batch = None
-    if spec.batch is not None:
-        spare = np.maximum(plan.used_reserved - c.need, 0)
-        on_res = np.minimum(plan.batch, spare)
-        batch = {"requests_per_day": spec.batch.requests_per_day, "capacity_per_instance": c.batch_capacity,
-                 "instance_hours": float((plan.batch * series.duration_h).sum()),
-                 "on_reserved_share": float((on_res * series.duration_h).sum()
-                                            / max((plan.batch * series.duration_h).sum(), 1e-12))}
+    batch = _batch_summary(spec, series, pools[0], plans[0]) if spec.batch is not None else None
+    cmp_ = [_comparisons(c.need, p.batch, series.duration_h, c.devices * _on_demand_usd(spec, c.hardware, cost))
+            for c, p in zip(pools, plans, strict=True)]
+    auto = None
+    if spec.autoscale is not None:
+        if len(pools) == 1:
+            auto = _autoscale(spec, workload, series, pools[0], plans[0])
+        else:
+            notes.append("the autoscaling replay covers single-pool plans only (not a mixed fleet)")
     return HorizonResult(
-        scenario=name, model=model.name, hardware=d.hardware, deployment=_describe(d), devices_per_instance=dev,
-        capacity_per_instance=float(np.median(c.capacity)), hours=H, peak_rate=float(series.rate.max()),
-        reserved=plan.reserved, totals=_totals(plan),
-        comparisons=_comparisons(c.need, plan.batch, series.duration_h, od),
-        committed_beyond_horizon_usd=plan.committed_beyond_horizon_usd, candidates=candidates,
-        periods={k: np.asarray(v, dtype=float).tolist() for k, v in periods.items()}, monthly=monthly,
-        batch=batch, autoscale=_autoscale(spec, workload, series, c, plan) if spec.autoscale else None, notes=notes)
+        scenario=name, model=model.name, hardware=" + ".join(c.hardware for c in pools),
+        deployment=" + ".join(c.label for c in pools), devices_per_instance=max(c.devices for c in pools),
+        capacity_per_instance=candidates[0]["capacity_per_instance"] if len(pools) == 1 else 0.0,
+        hours=float(series.duration_h.sum()), peak_rate=float(series.rate.max()), reserved=_reserved(pools, plans),
+        totals=_totals(plans), comparisons={k: sum(c[k] for c in cmp_) for k in cmp_[0]},
+        committed_beyond_horizon_usd=sum(p.committed_beyond_horizon_usd for p in plans), candidates=candidates,
+        periods={k: np.asarray(v, dtype=float).tolist() for k, v in periods.items()},
+        monthly=_monthly(series, periods), batch=batch, autoscale=auto, notes=notes)
+
+
+def _batch_summary(spec: HorizonSpec, series: DemandSeries, c: Pool, plan: PurchasePlan) -> dict:
+    spare = np.maximum(plan.used_reserved - c.need, 0)
+    on_res = np.minimum(plan.batch, spare)
+    work = float((plan.batch * series.duration_h).sum())
+    return {"requests_per_day": spec.batch.requests_per_day, "capacity_per_instance": c.batch_capacity,
+            "instance_hours": work, "on_reserved_share": float((on_res * series.duration_h).sum() / max(work, 1e-12))}
 
 
 def _comparisons(need: np.ndarray, batch: np.ndarray, hours: np.ndarray, od: float) -> dict[str, float]:
@@ -249,7 +282,7 @@ def _describe(d: Deployment) -> str:
     return f"{d.hardware} tp{d.tp}{ep}{pp} {d.weight_dtype}"
 
 
-def _autoscale(spec: HorizonSpec, workload: Workload, series: DemandSeries, c: _Candidate, plan: PurchasePlan) -> dict:
+def _autoscale(spec: HorizonSpec, workload: Workload, series: DemandSeries, c: Pool, plan: PurchasePlan) -> dict:
     a = spec.autoscale
     assert a is not None
     trace = workload.demand.burst_trace if workload.demand is not None else None
@@ -261,13 +294,12 @@ def _autoscale(spec: HorizonSpec, workload: Workload, series: DemandSeries, c: _
     reserved = sum(plan.reserved.values())
     run = simulate(sd, ref, a, delay, floor=reserved, periods=len(series))
     floor = safe_floor(sd, ref, a, delay, len(series))
-    dev = c.deployment.accelerators // c.deployment.instances
     step_h = sd.step_s / 3600
-    over = float(np.maximum(run.paid - run.needed, 0).sum() * dev * step_h)
-    paid = float(run.paid.sum() * dev * step_h)
     return {"scale_up_delay_s": delay, "weight_bytes": c.weight_bytes, "step_s": sd.step_s,
             "floor_used": reserved, "hourly_attainment": run.hourly_attainment.tolist(),
             "hours_meeting_target": int((run.hourly_attainment >= a.hourly_target - 1e-12).sum()),
             "periods": len(series), "min_hourly_attainment": float(run.hourly_attainment.min()),
-            "gpu_hours_paid": paid, "gpu_hours_over_provisioned": over, "safe_floor": floor,
-            "within_hour_cv": float(factors.std())}
+            "gpu_hours_paid": float(run.paid.sum() * c.devices * step_h),
+            "gpu_hours_over_provisioned": float(np.maximum(run.paid - run.needed, 0).sum() * c.devices * step_h),
+            "safe_floor": floor, "within_hour_cv": float(factors.std()),
+            "safe_target_utilization": safe_target_utilization(sd, ref, a, delay, len(series), reserved)}

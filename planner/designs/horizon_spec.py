@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from planner.catalog.hardware import HardwareProfile
 from planner.designs.autoscale import AutoscaleSpec
+from planner.designs.fleet import FleetSpec
 from planner.errors import InputError
 from planner.frozen import Frozen
 
@@ -35,28 +36,26 @@ class OnDemand(Priced):
         return self
 
 
-class ReservedOption(Priced):
+class _MustPrice(Priced):
+    """An option with no default price: exactly one of the two ways to give it."""
+
+    @model_validator(mode="after")
+    def _priced(self) -> _MustPrice:
+        if (self.usd_per_gpu_h is None) == (self.on_demand_fraction is None):
+            raise ValueError("give exactly one of usd_per_gpu_h or on_demand_fraction")
+        return self
+
+
+class ReservedOption(_MustPrice):
     name: str = "1yr"
     term_months: float = Field(12.0, gt=0)
     min_instances: int = Field(0, ge=0, description="smallest commitment if any is bought")
 
-    @model_validator(mode="after")
-    def _priced(self) -> ReservedOption:
-        if (self.usd_per_gpu_h is None) == (self.on_demand_fraction is None):
-            raise ValueError("give exactly one of usd_per_gpu_h or on_demand_fraction")
-        return self
 
-
-class SpotOption(Priced):
+class SpotOption(_MustPrice):
     availability: float = Field(0.9, gt=0, le=1, description="share of requested spot capacity running")
     preemptions_per_h: float = Field(0.0, ge=0, description="per instance")
     max_share: float = Field(0.5, ge=0, le=1, description="most of a period's load spot may carry")
-
-    @model_validator(mode="after")
-    def _priced(self) -> SpotOption:
-        if (self.usd_per_gpu_h is None) == (self.on_demand_fraction is None):
-            raise ValueError("give exactly one of usd_per_gpu_h or on_demand_fraction")
-        return self
 
 
 class PurchaseSpec(Frozen):
@@ -99,7 +98,8 @@ class HorizonSpec(Frozen):
     """``design: {type: horizon}``: capacity over the workload's demand curve."""
 
     type: Literal["horizon"] = "horizon"
-    inner: Literal["colocated"] = Field("colocated", description="design sized at each rate")
+    inner: Literal["colocated", "fleet"] = Field("colocated", description="design sized at each rate")
+    fleet: FleetSpec = Field(FleetSpec(), description="buckets and availability when inner is fleet")
     purchase: PurchaseSpec = PurchaseSpec()
     energy: EnergySpec | None = None
     batch: BatchSpec | None = None

@@ -12,6 +12,8 @@ optionally batch work ``b_t`` (instance-equivalents, continuous) run in the peri
                sum_{t in window j} w_t b_t >= W_j              (batch work of each window)
                R_k >= c_k z_k,  R_k <= N z_k,  z_k binary      (minimum commitment c_k)
 
+Reserved instances of all options are interchangeable within a period (``u_t`` is one pool), so
+if any reserved option pays its own power, every reserved instance in use is charged energy.
 ``H_k`` is the hours of the horizon the commitment covers (the part of its term beyond the
 horizon is reported, not optimized). Spot's price is raised for preemptions: each one wastes a
 restart (scale-up delay) of paid time, ``p_s' = p_s (1 + preemptions_per_h x restart_h)``.

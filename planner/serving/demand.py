@@ -58,12 +58,10 @@ class DemandSeries:
     rate: np.ndarray             # mean requests/s in the period
     mean_input: np.ndarray | None = None    # tokens, when the CSV gives them
     mean_output: np.ndarray | None = None
+    clock_h0: float = 0.0        # hour of day (UTC) at which the first period starts
 
     def __len__(self) -> int:
         return len(self.rate)
-
-    def scaled(self, factor: float) -> DemandSeries:
-        return DemandSeries(self.start_h, self.duration_h, self.rate * factor, self.mean_input, self.mean_output)
 
 
 class Burst(Frozen):
@@ -170,7 +168,8 @@ def load_demand_csv(path_text: str) -> DemandSeries:
     dur = np.diff(hours)
     dur = np.append(dur, dur[-1] if dur.size else 1.0)
     arr = {k: np.asarray(v) for k, v in values.items()}
-    return DemandSeries(hours, dur, arr["rate"], arr.get("input"), arr.get("output"))
+    clock = 0.0 if hi is not None and ti is None else float(t[0] / 3600 % 24)
+    return DemandSeries(hours, dur, arr["rate"], arr.get("input"), arr.get("output"), clock)
 
 
 def _cell(row: list[str], i: int, key: str, name: str, path: Path, lineno: int, hours: bool) -> float:
