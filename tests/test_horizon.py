@@ -283,3 +283,24 @@ def test_safe_target_utilization_is_the_headroom_a_late_replica_needs():
     assert 10 / 11 - 1 / 1024 <= u < 10 / 11
     assert safe_target_utilization(step_demand(np.array([5.0, 5.0]), np.ones(2), np.ones(1), 60, 0), 1.0, spec,
                                    1800.0, 2) == 1.0
+
+
+def test_splitwise_inner_scales_each_pool_of_the_cheapest_cluster():
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    scn = load_scenario(ROOT / "tests/data/horizon-splitwise.yaml")
+    split_only = scn.design.splitwise.model_copy(update={"baselines": []})
+    r = run_scenario(scn.model_copy(update={"design": scn.design.model_copy(update={"splitwise": split_only})}))
+    rate = np.array(r.periods["rate"])
+    prompt, token = np.array(r.periods["need_h100-sxm prompt"]), np.array(r.periods["need_a100-80g token"])
+    # 2 prompt + 2 token machines serve R req/s (the Splitwise design's own evaluation): each pool
+    # scales as ceil(2 r / R)
+    from planner.catalog.model_catalog import model
+    from planner.designs.splitwise import plan_splitwise
+
+    R = plan_splitwise(model(scn.model), split_only, scn.workload, scn.slo, scn.engine, scn.cost.usd_per_h,
+                       "x").rows[0].max_rate
+    assert (prompt == token).all()
+    assert (prompt == np.ceil(2 * rate / R * (1 - 1e-9))).all()
+    assert r.hardware == "h100-sxm + a100-80g" and len(r.reserved) == 2

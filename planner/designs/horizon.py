@@ -115,8 +115,8 @@ def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine,
     idle = get_hardware(hw_name).power.idle.value
     power = np.where(need > 0, np.nan_to_num(power, nan=idle), idle)
     weights = parameter_counts(model)[0] * DType(d.weight_dtype).bytes
-    return Pool(hardware=d.hardware, label=_describe(d), devices=d.accelerators // d.instances, need=need,
-                capacity=cap, power_w=power, batch_capacity=batch_cap, weight_bytes=float(weights))
+    return Pool(name=d.hardware, hardware=d.hardware, label=_describe(d), devices=d.accelerators // d.instances,
+                need=need, capacity=cap, power_w=power, batch_capacity=batch_cap, weight_bytes=float(weights))
 
 
 def _on_demand_usd(spec: HorizonSpec, hw_name: str, cost: CostModel) -> float:
@@ -167,17 +167,20 @@ def _totals(plans: list[PurchasePlan]) -> dict[str, float]:
 def _reserved(pools: list[Pool], plans: list[PurchasePlan]) -> dict[str, int]:
     if len(pools) == 1:
         return dict(plans[0].reserved)
-    return {f"{pool.hardware} {k}": n for pool, p in zip(pools, plans, strict=True) for k, n in p.reserved.items()}
+    return {f"{pool.name} {k}": n for pool, p in zip(pools, plans, strict=True) for k, n in p.reserved.items()}
 
 
 def _candidates(model, spec, workload, slo, engine, cost, search, series) -> tuple[list, list[str]]:
     """(pools, plans) per candidate: one pool per hardware (colocated), or one fleet of pools."""
-    if spec.inner == "fleet":
-        from planner.designs.horizon_fleet import fleet_pools
+    if spec.inner != "colocated":
+        from planner.designs.horizon_inner import fleet_pools, splitwise_pools
 
         if spec.batch is not None:
-            raise InputError("design.batch needs inner: colocated (fleet pools carry no batch work yet)")
-        pools = fleet_pools(model, spec.fleet, workload, slo, engine, cost, search, series)
+            raise InputError(f"design.batch needs inner: colocated ({spec.inner} pools carry no batch work yet)")
+        if spec.inner == "fleet":
+            pools = fleet_pools(model, spec.fleet, workload, slo, engine, cost, search, series)
+        else:
+            pools = splitwise_pools(model, spec.splitwise, workload, slo, engine, cost, series)
         return [(pools, [solve_purchase(_problem(spec, p, series, cost)) for p in pools])], []
     results, errors = [], []
     for hw_name in search.hardware:
@@ -216,7 +219,7 @@ def _periods(series: DemandSeries, pools: list[Pool], plans: list[PurchasePlan])
     for k in _COST_KEYS:
         out[k] = total(lambda c, p, k=k: getattr(p, "cost_" + k[4:]))
     if len(pools) > 1:
-        out |= {f"need_{c.hardware}": c.need for c in pools}
+        out |= {f"need_{c.name}": c.need for c in pools}
     return out
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Pool:
+    name: str                   # unique within a plan: the hardware, or "<hardware> prompt|token"
     hardware: str
     label: str                  # layout of one instance, e.g. "h200 tp2 fp8"
     devices: int                # accelerators per instance

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from planner.catalog.hardware import HardwareProfile
 from planner.designs.autoscale import AutoscaleSpec
 from planner.designs.fleet import FleetSpec
+from planner.designs.splitwise import SplitwiseSpec
 from planner.errors import InputError
 from planner.frozen import Frozen
 
@@ -98,8 +99,15 @@ class HorizonSpec(Frozen):
     """``design: {type: horizon}``: capacity over the workload's demand curve."""
 
     type: Literal["horizon"] = "horizon"
-    inner: Literal["colocated", "fleet"] = Field("colocated", description="design sized at each rate")
+    inner: Literal["colocated", "fleet", "splitwise"] = Field("colocated", description="design sized at each rate")
     fleet: FleetSpec = Field(FleetSpec(), description="buckets and availability when inner is fleet")
+    splitwise: SplitwiseSpec | None = Field(None, description="designs and baselines when inner is splitwise")
+
+    @model_validator(mode="after")
+    def _inner(self) -> HorizonSpec:
+        if self.inner == "splitwise" and self.splitwise is None:
+            raise ValueError("inner: splitwise needs a splitwise section (designs and/or baselines to scale)")
+        return self
     purchase: PurchaseSpec = PurchaseSpec()
     energy: EnergySpec | None = None
     batch: BatchSpec | None = None

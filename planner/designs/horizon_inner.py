@@ -1,4 +1,4 @@
-"""Fleet pools for the horizon design: the heterogeneous fleet MILP solved once per point of a
+"""Fleet and Splitwise pools for the horizon design. Fleet: the heterogeneous fleet MILP solved once per point of a
 geometric grid of rates, then scaled to every period.
 
 At a grid rate ``g`` the fleet design gives instances ``x_h(g)`` of each hardware and a routing of
@@ -47,7 +47,39 @@ def fleet_pools(model, fleet_spec, workload, slo, engine, cost, search, series: 
         devices = int(round(price / cost.usd_per_device_hour(hw, hw.power.tdp.value)))
         load = np.where(need > 0, exact / np.maximum(need, 1), 0.0)
         idle, tdp = hw.power.idle.value, hw.power.tdp.value
-        pools.append(Pool(hardware=h, label=f"{h} {layout}", devices=devices, need=need, capacity=per_instance,
+        pools.append(Pool(name=h, hardware=h, label=f"{h} {layout}", devices=devices, need=need, capacity=per_instance,
                           power_w=idle + (tdp - idle) * load, batch_capacity=0.0,
                           weight_bytes=float(params * DType(layout.split()[-1]).bytes)))
+    return pools
+
+
+def splitwise_pools(model, spec, workload, slo, engine, cost, series: DemandSeries) -> list[Pool]:
+    """Splitwise (or colocated baseline) clusters listed in ``spec``, each evaluated once at its
+    largest SLO-meeting rate ``R``; the cheapest per request/s is scaled to each period's rate
+    pool by pool, ``ceil(count r / R)`` machines (the prompt/token ratio kept; queueing economies
+    of scale at small counts are not re-evaluated). Device power: the cluster's average at ``R``."""
+    from planner.designs.splitwise import plan_splitwise
+
+    result = plan_splitwise(model, spec, workload, slo, engine, cost.usd_per_h, "grid")
+    layouts = {b.name: {"": b.pool} for b in spec.baselines}
+    layouts |= {d.name: {" prompt": d.prompt, " token": d.token} for d in spec.designs}
+    rows = [r for r in result.rows if r.name in layouts and r.max_rate > 0]
+    if not rows:
+        from planner.errors import InfeasibleError
+
+        raise InfeasibleError("no listed Splitwise design or baseline meets the SLOs at any rate")
+    best = min(rows, key=lambda r: r.usd_per_h / r.max_rate)
+    scale = series.rate / best.max_rate
+    params = parameter_counts(model)[0]
+    watts = best.avg_power_w / best.accelerators if np.isfinite(best.avg_power_w) else None
+    pools = []
+    for role, pool in layouts[best.name].items():
+        hw = get_hardware(pool.hardware)
+        exact = pool.count * scale
+        need = np.where(exact > 0, np.maximum(np.ceil(exact * (1 - 1e-9)), 1), 0).astype(np.int64)
+        pools.append(Pool(name=f"{hw.name}{role}", hardware=hw.name,
+                          label=f"{best.name}{role}: {hw.name} tp{pool.tp}" + (f" pp{pool.pp}" if pool.pp > 1 else ""),
+                          devices=pool.tp * pool.pp, need=need, capacity=np.full(len(need), best.max_rate / pool.count),
+                          power_w=np.full(len(need), watts if watts else hw.power.tdp.value * pool.power_cap),
+                          batch_capacity=0.0, weight_bytes=float(params * spec.weight_dtype.bytes)))
     return pools
