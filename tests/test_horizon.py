@@ -218,12 +218,15 @@ def test_week_scenario_batch_runs_mostly_on_idle_reserved_capacity(week):
     assert len(week.autoscale["hourly_attainment"]) == 168
 
 
-def test_horizon_csv_and_json(tmp_path):
-    out = tmp_path / "h.csv"
-    r = CliRunner().invoke(app, ["plan", str(ROOT / "scenarios/horizon-chat-batch-week.yaml"), "--csv", str(out)])
+def test_horizon_csv_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "h.csv", tmp_path / "h.png"
+    r = CliRunner().invoke(app, ["plan", str(ROOT / "scenarios/horizon-chat-batch-week.yaml"), "--csv", str(out),
+                                 "--plot", str(png)])
     assert r.exit_code == 0, r.output
     lines = out.read_text().splitlines()
     assert lines[0].startswith("start_h,hours,rate,need") and len(lines) == 169
+    assert png.stat().st_size > 10_000
 
 
 def test_brute_force_helper_agrees_with_hand_count():

@@ -36,7 +36,7 @@ from planner.serving.batching import Engine
 from planner.serving.demand import HOURS_PER_MONTH, DemandSeries, minute_factors
 from planner.serving.queueing import at_rates, serving_curve, slo_ok
 from planner.serving.slo import SLO
-from planner.serving.workload import Workload, length_stats_of
+from planner.serving.workload import Workload, length_stats, length_stats_of
 
 
 class HorizonResult(BaseModel):
@@ -73,11 +73,11 @@ def _max_ok(curve, slo: SLO) -> float:
     return float(np.where(ok, curve.rate, -np.inf).max()) if ok.any() else 0.0
 
 
-def _capacity(model, d: Deployment, workload: Workload, slo: SLO, engine: Engine, series: DemandSeries):
+def _capacity(model, d: Deployment, workload: Workload, slo: SLO, engine: Engine, series: DemandSeries, base):
     """Per-period SLO capacity of one instance: constant, or on a 3 x 3 grid of input/output length
-    scales (geometric, spanning the file's per-period means) interpolated bilinearly in log scale."""
+    scales (geometric, spanning the file's per-period means) interpolated bilinearly in log scale;
+    ``base``: the workload's length statistics."""
     i, o, p = workload.joint_support()
-    base = length_stats_of(i, o, p, workload.prefix_hit)
     scv = workload.arrival.scv
     if series.mean_input is None and series.mean_output is None:
         return np.full(len(series), d.max_rate_per_instance), _layout_curve(model, d, engine, base, scv)
@@ -102,11 +102,10 @@ def _capacity(model, d: Deployment, workload: Workload, slo: SLO, engine: Engine
     return out, _layout_curve(model, d, engine, base, scv)
 
 
-def _candidate(model, hw_name: str, series: DemandSeries, workload, slo, engine, cost, search) -> Pool:
-    peak = float(series.rate.max())
-    d = plan_colocated(model, workload.with_rate(peak), slo, engine, cost, [hw_name], search.tp, search.ep,
-                       search.pp, search.weight_dtype, search.kv_dtype, search.max_instances)[0]
-    cap, curve = _capacity(model, d, workload, slo, engine, series)
+def _candidate(model, d: Deployment, series: DemandSeries, workload, slo, engine, base) -> Pool:
+    """The pool of deployment ``d`` (chosen at the peak rate) over every period."""
+    hw_name = d.hardware
+    cap, curve = _capacity(model, d, workload, slo, engine, series, base)
     need = np.where(series.rate > 0, np.ceil(series.rate / cap * (1 - 1e-9)), 0).astype(np.int64)
     stable = np.isfinite(curve.rate) & (curve.rho < 1)
     batch_cap = float(np.where(stable, curve.rate, 0).max())
@@ -182,13 +181,22 @@ def _candidates(model, spec, workload, slo, engine, cost, search, series) -> tup
         else:
             pools = splitwise_pools(model, spec.splitwise, workload, slo, engine, cost, series)
         return [(pools, [solve_purchase(_problem(spec, p, series, cost)) for p in pools])], []
+    peak = float(series.rate.max())
+    every = plan_colocated(model, workload.with_rate(peak), slo, engine, cost, search.hardware, search.tp, search.ep,
+                           search.pp, search.weight_dtype, search.kv_dtype, search.max_instances)
+    best = {}
+    for d in every:                      # cheapest first: the first of each hardware is its pick
+        best.setdefault(d.hardware, d)
+    base = length_stats(workload)
     results, errors = [], []
-    for hw_name in search.hardware:
+    names = [get_hardware(h).name for h in search.hardware]
+    errors = [f"{h}: no layout meets the SLOs at the peak rate" for h in names if h not in best]
+    for d in best.values():
         try:
-            pool = _candidate(model, hw_name, series, workload, slo, engine, cost, search)
+            pool = _candidate(model, d, series, workload, slo, engine, base)
             results.append(([pool], [solve_purchase(_problem(spec, pool, series, cost))]))
         except InfeasibleError as e:
-            errors.append(f"{hw_name}: {e}")
+            errors.append(f"{d.hardware}: {e}")
     return results, errors
 
 
