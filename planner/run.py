@@ -53,7 +53,6 @@ def run_scenario(scn: Scenario):
     if scn.design.type == "horizon":
         from planner.designs.horizon import plan_horizon
 
-        assert scn.search is not None
         return plan_horizon(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, scn.search, scn.name)
     if scn.design.type == "slo-search":
         from planner.designs.slo_search import plan_slo_search

@@ -97,7 +97,9 @@ class Scenario(Frozen):
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
-        if self.design.type in ("colocated", "slo-search", "fleet", "horizon") and self.search is None:
+        own_pools = self.design.type == "horizon" and self.design.inner == "splitwise"   # pools in its section
+        needs = self.design.type in ("colocated", "slo-search", "fleet", "horizon") and not own_pools
+        if needs and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
