@@ -7,6 +7,10 @@ from rich.table import Table
 from planner.report import out
 
 
+def _bought(reserved: dict[str, int]) -> str:
+    return ", ".join(f"{n} x {k}" for k, n in reserved.items() if n)
+
+
 def print_horizon(r) -> None:
     t = Table(title=f"{r.scenario}: {r.model} over {r.hours:,.0f} h (peak {r.peak_rate:.3g} req/s), "
                     "cheapest purchase mix per hardware")
@@ -15,7 +19,7 @@ def print_horizon(r) -> None:
         t.add_column(col)
     for c in sorted(r.candidates, key=lambda x: x["usd_total"]):
         t.add_row(c["hardware"], c["deployment"], f"{c['capacity_per_instance']:.3g}", str(c["peak_instances"]),
-                  ", ".join(f"{n} x {k}" for k, n in c["reserved"].items()) or "-", f"{c['usd_reserved']:,.0f}",
+                  _bought(c["reserved"]) or "-", f"{c['usd_reserved']:,.0f}",
                   f"{c['usd_on_demand']:,.0f}", f"{c['usd_spot']:,.0f}", f"{c['usd_energy']:,.0f}",
                   f"{c['usd_total']:,.0f}")
     out.print(t)
@@ -28,7 +32,7 @@ def print_horizon(r) -> None:
                   f"{row['usd_total']:,.0f}")
     out.print(m)
     tot, cmp_ = r.totals, r.comparisons
-    out.print(f"[bold]{r.hardware}: reserve {', '.join(f'{n} x {k}' for k, n in r.reserved.items()) or 'nothing'}; "
+    out.print(f"[bold]{r.hardware}: reserve {_bought(r.reserved) or 'nothing'}; "
               f"${tot['total']:,.0f} over the horizon vs ${cmp_['follow_demand_on_demand']:,.0f} all on-demand "
               f"following demand and ${cmp_['static_peak_on_demand']:,.0f} for a static peak-sized fleet[/]")
     if r.committed_beyond_horizon_usd > 0:

@@ -307,3 +307,13 @@ def test_splitwise_inner_scales_each_pool_of_the_cheapest_cluster():
     assert (prompt == token).all()
     assert (prompt == np.ceil(2 * rate / R * (1 - 1e-9))).all()
     assert r.hardware == "h100-sxm + a100-80g" and len(r.reserved) == 2
+
+
+def test_staggered_reservations_follow_a_step_in_demand():
+    # 10 h at 1 instance then 10 h at 3; 10-hour commitments at 0.5/h may start at hour 0 or 10:
+    # buy 1 at hour 0 and 3 at hour 10, nothing on demand: 0.5 x (1 x 10 + 3 x 10) = 20
+    need = np.array([1] * 10 + [3] * 10)
+    res = [Reserved("r", 0.5, 10.0), Reserved("r@10", 0.5, 10.0, start_h=10.0)]
+    plan = solve_purchase(_problem(need, 1.0, res))
+    assert plan.reserved == {"r": 1, "r@10": 3}
+    assert plan.total_usd == pytest.approx(20.0) and plan.on_demand.sum() == 0

@@ -125,13 +125,23 @@ def _on_demand_usd(spec: HorizonSpec, hw_name: str, cost: CostModel) -> float:
     return gpu_hour_price(hw, spec.purchase.on_demand, default_usd=rent)
 
 
+def _starts(every_months: float | None, end_h: float) -> list[float]:
+    """Purchase times of a commitment: hour 0, and every ``every_months`` before the horizon ends."""
+    if every_months is None:
+        return [0.0]
+    return list(np.arange(0.0, end_h, every_months * HOURS_PER_MONTH))
+
+
 def _problem(spec: HorizonSpec, c: Pool, series: DemandSeries, cost: CostModel) -> PurchaseProblem:
     hw = get_hardware(c.hardware)
     dev = c.devices
     pur = spec.purchase
     od = _on_demand_usd(spec, hw.name, cost)
-    reserved = [Reserved(r.name, dev * gpu_hour_price(hw, r, od), r.term_months * HOURS_PER_MONTH, r.min_instances,
-                         r.pays_energy) for r in pur.reserved]
+    end = float(series.start_h[-1] + series.duration_h[-1])
+    reserved = [Reserved(r.name if start == 0 else f"{r.name}@month{start / HOURS_PER_MONTH + 1:g}",
+                         dev * gpu_hour_price(hw, r, od), r.term_months * HOURS_PER_MONTH, r.min_instances,
+                         r.pays_energy, start)
+                for r in pur.reserved for start in _starts(r.buy_every_months, end)]
     spot = None
     if pur.spot is not None:
         s = pur.spot

@@ -51,6 +51,8 @@ class ReservedOption(_MustPrice):
     name: str = "1yr"
     term_months: float = Field(12.0, gt=0)
     min_instances: int = Field(0, ge=0, description="smallest commitment if any is bought")
+    buy_every_months: float | None = Field(None, gt=0, description="also buy at the start of every N months "
+                                           "(growing demand); default: only at hour 0")
 
 
 class SpotOption(_MustPrice):

@@ -1,7 +1,7 @@
 """The purchase mix over a demand curve: reserved commitments, on-demand and spot, as a MILP.
 
 Given the instances needed in each period ``n_t`` (periods of ``w_t`` hours), choose reserved
-counts ``R_k`` (one per commitment option, bought at hour 0 and active for its term) and, per
+counts ``R_k`` (one per commitment option and start time, active for its term from its start) and, per
 period, reserved instances in use ``u_t``, on-demand ``o_t`` and spot ``s_t`` (integers), and
 optionally batch work ``b_t`` (instance-equivalents, continuous) run in the period:
 
@@ -46,6 +46,7 @@ class Reserved:
     term_h: float
     min_instances: int = 0
     pays_energy: bool = False
+    start_h: float = 0.0             # when the commitment starts (staggered purchases under growth)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def solve_purchase(p: PurchaseProblem) -> PurchasePlan:
     P, K = len(p.need), len(p.reserved)
     horizon_end = float(p.start_h[-1] + p.hours[-1]) if P else 0.0
     energy = p.energy_usd_per_instance_h if p.energy_usd_per_instance_h is not None else np.zeros(P)
-    active = np.array([p.start_h < r.term_h for r in p.reserved]).reshape(K, P)
+    active = np.array([(p.start_h >= r.start_h) & (p.start_h < r.start_h + r.term_h)
+                       for r in p.reserved]).reshape(K, P)
     rep, cls = _classes(p, active, energy)
     C = len(rep)
     w = np.bincount(cls, weights=p.hours, minlength=C)          # hours per class
@@ -199,7 +201,8 @@ def solve_purchase(p: PurchaseProblem) -> PurchasePlan:
     cost_res = sum(res_k.usd_per_instance_h * R[k] * p.hours * active[k] for k, res_k in enumerate(p.reserved))
     cost_res = np.asarray(cost_res, dtype=float) if K else np.zeros(P)
     running_energy = (u * res_energy + o * p.on_demand_pays_energy + s * bool(spot and spot.pays_energy))
-    beyond = sum(r.usd_per_instance_h * R[k] * max(r.term_h - horizon_end, 0.0) for k, r in enumerate(p.reserved))
+    beyond = sum(r.usd_per_instance_h * R[k] * max(r.start_h + r.term_h - horizon_end, 0.0)
+                 for k, r in enumerate(p.reserved))
     return PurchasePlan(
         reserved={r.name: int(R[k]) for k, r in enumerate(p.reserved)}, used_reserved=u, on_demand=o, spot=s,
         batch=b, cost_reserved=cost_res, cost_on_demand=o * p.on_demand_usd_per_instance_h * p.hours,
