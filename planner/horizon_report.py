@@ -41,18 +41,23 @@ def print_horizon(r) -> None:
         b = r.batch
         out.print(f"batch: {b['requests_per_day']:,.0f} requests/day = {b['instance_hours']:,.0f} instance-hours, "
                   f"{b['on_reserved_share']:.0%} of it on reserved capacity the SLO traffic left idle")
-    if r.autoscale:
-        a = r.autoscale
-        floor = "none (even the peak need as a floor misses some hour)" if a["safe_floor"] is None \
-            else f"{a['safe_floor']} instances"
-        out.print(f"autoscaling (scale-up delay {a['scale_up_delay_s']:.0f} s incl. loading "
-                  f"{a['weight_bytes'] / 1e9:.0f} GB of weights; {a['step_s']:.0f} s steps; within-hour CV "
-                  f"{a['within_hour_cv']:.2f}): {a['hours_meeting_target']} of {a['periods']} hours meet the "
-                  f"target with the reserved floor of {a['floor_used']}, worst hour "
-                  f"{a['min_hourly_attainment']:.1%}; {a['gpu_hours_over_provisioned']:,.0f} of "
-                  f"{a['gpu_hours_paid']:,.0f} paid GPU-hours over-provisioned; safe floor: {floor}")
-        u = a.get("safe_target_utilization")
-        out.print("highest target utilisation keeping every hour on target with the reserved floor: "
-                  + (f"{u:.0%}" if u else "none"))
+    for name, a in [("", r.autoscale)] * bool(r.autoscale) + list(r.autoscale_pools.items()):
+        _print_autoscale(name, a)
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")
+
+
+def _print_autoscale(name: str, a: dict) -> None:
+    """One replay's summary; ``name`` is the pool of a multi-pool plan (empty for one pool)."""
+    floor = "none (even the peak need as a floor misses some hour)" if a["safe_floor"] is None \
+        else f"{a['safe_floor']} instances"
+    who = f" {name}" if name else ""
+    out.print(f"autoscaling{who} (scale-up delay {a['scale_up_delay_s']:.0f} s incl. loading "
+              f"{a['weight_bytes'] / 1e9:.0f} GB of weights; {a['step_s']:.0f} s steps; within-hour CV "
+              f"{a['within_hour_cv']:.2f}): {a['hours_meeting_target']} of {a['periods']} hours meet the "
+              f"target with the reserved floor of {a['floor_used']}, worst hour "
+              f"{a['min_hourly_attainment']:.1%}; {a['gpu_hours_over_provisioned']:,.0f} of "
+              f"{a['gpu_hours_paid']:,.0f} paid GPU-hours over-provisioned; safe floor: {floor}")
+    u = a.get("safe_target_utilization")
+    out.print("highest target utilisation keeping every hour on target with the reserved floor: "
+              + (f"{u:.0%}" if u else "none"))

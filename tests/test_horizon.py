@@ -294,7 +294,8 @@ def test_splitwise_inner_scales_each_pool_of_the_cheapest_cluster():
 
     scn = load_scenario(ROOT / "tests/data/horizon-splitwise.yaml")
     split_only = scn.design.splitwise.model_copy(update={"baselines": []})
-    r = run_scenario(scn.model_copy(update={"design": scn.design.model_copy(update={"splitwise": split_only})}))
+    design = scn.design.model_copy(update={"splitwise": split_only, "autoscale": AutoscaleSpec()})
+    r = run_scenario(scn.model_copy(update={"design": design}))
     rate = np.array(r.periods["rate"])
     prompt, token = np.array(r.periods["need_h100-sxm prompt"]), np.array(r.periods["need_a100-80g token"])
     # 2 prompt + 2 token machines serve R req/s (the Splitwise design's own evaluation): each pool
@@ -307,6 +308,8 @@ def test_splitwise_inner_scales_each_pool_of_the_cheapest_cluster():
     assert (prompt == token).all()
     assert (prompt == np.ceil(2 * rate / R * (1 - 1e-9))).all()
     assert r.hardware == "h100-sxm + a100-80g" and len(r.reserved) == 2
+    assert r.autoscale is None and set(r.autoscale_pools) == {"h100-sxm prompt", "a100-80g token"}
+    assert all(len(a["hourly_attainment"]) == 48 for a in r.autoscale_pools.values())
 
 
 def test_staggered_reservations_follow_a_step_in_demand():

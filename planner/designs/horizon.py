@@ -59,6 +59,7 @@ class HorizonResult(BaseModel):
     monthly: list[dict]
     batch: dict | None = None
     autoscale: dict | None = None
+    autoscale_pools: dict[str, dict] = {}   # the replay per pool of a fleet or Splitwise plan
     notes: list[str] = []
 
 
@@ -115,7 +116,8 @@ def _candidate(model, d: Deployment, series: DemandSeries, workload, slo, engine
     power = np.where(need > 0, np.nan_to_num(power, nan=idle), idle)
     weights = parameter_counts(model)[0] * DType(d.weight_dtype).bytes
     return Pool(name=d.hardware, hardware=d.hardware, label=_describe(d), devices=d.accelerators // d.instances,
-                need=need, capacity=cap, power_w=power, batch_capacity=batch_cap, weight_bytes=float(weights))
+                need=need, capacity=cap, power_w=power, batch_capacity=batch_cap, weight_bytes=float(weights),
+                load=series.rate)
 
 
 def _on_demand_usd(spec: HorizonSpec, hw_name: str, cost: CostModel) -> float:
@@ -263,12 +265,13 @@ def _result(model, spec, workload, cost, series, pools, plans, results, name, er
     batch = _batch_summary(spec, series, pools[0], plans[0]) if spec.batch is not None else None
     cmp_ = [_comparisons(c.need, p.batch, series.duration_h, c.devices * _on_demand_usd(spec, c.hardware, cost))
             for c, p in zip(pools, plans, strict=True)]
-    auto = None
+    auto, auto_pools = None, {}
     if spec.autoscale is not None:
+        replays = {c.name: _autoscale(spec, workload, series, c, p) for c, p in zip(pools, plans, strict=True)}
         if len(pools) == 1:
-            auto = _autoscale(spec, workload, series, pools[0], plans[0])
-        else:
-            notes.append("the autoscaling replay covers single-pool plans only (not a mixed fleet)")
+            auto = next(iter(replays.values()))
+        else:                            # each pool scales on its own share of the traffic
+            auto_pools = replays
     return HorizonResult(
         scenario=name, model=model.name, hardware=" + ".join(c.hardware for c in pools),
         deployment=" + ".join(c.label for c in pools), devices_per_instance=max(c.devices for c in pools),
@@ -277,7 +280,7 @@ def _result(model, spec, workload, cost, series, pools, plans, results, name, er
         totals=_totals(plans), comparisons={k: sum(c[k] for c in cmp_) for k in cmp_[0]},
         committed_beyond_horizon_usd=sum(p.committed_beyond_horizon_usd for p in plans), candidates=candidates,
         periods={k: np.asarray(v, dtype=float).tolist() for k, v in periods.items()},
-        monthly=_monthly(series, periods), batch=batch, autoscale=auto, notes=notes)
+        monthly=_monthly(series, periods), batch=batch, autoscale=auto, autoscale_pools=auto_pools, notes=notes)
 
 
 def _batch_summary(spec: HorizonSpec, series: DemandSeries, c: Pool, plan: PurchasePlan) -> dict:
@@ -309,7 +312,7 @@ def _autoscale(spec: HorizonSpec, workload: Workload, series: DemandSeries, c: P
     trace = workload.demand.burst_trace if workload.demand is not None else None
     factors = minute_factors(trace) if trace else np.ones(1)
     ref = float(np.median(c.capacity))
-    load = series.rate * ref / c.capacity               # in requests of the reference mix
+    load = c.load * ref / np.where(c.capacity > 0, c.capacity, ref)   # in requests of the reference mix
     sd = step_demand(load, series.duration_h, factors, a.step_s, a.seed)
     delay = a.delay_s(c.weight_bytes)
     reserved = sum(plan.reserved.values())

@@ -49,7 +49,8 @@ def fleet_pools(model, fleet_spec, workload, slo, engine, cost, search, series: 
         idle, tdp = hw.power.idle.value, hw.power.tdp.value
         pools.append(Pool(name=h, hardware=h, label=f"{h} {layout}", devices=devices, need=need, capacity=per_instance,
                           power_w=idle + (tdp - idle) * load, batch_capacity=0.0,
-                          weight_bytes=float(params * DType(layout.split()[-1]).bytes)))
+                          weight_bytes=float(params * DType(layout.split()[-1]).bytes),
+                          load=routed[k] * scale))
     return pools
 
 
@@ -81,5 +82,6 @@ def splitwise_pools(model, spec, workload, slo, engine, cost, series: DemandSeri
                           label=f"{best.name}{role}: {hw.name} tp{pool.tp}" + (f" pp{pool.pp}" if pool.pp > 1 else ""),
                           devices=pool.tp * pool.pp, need=need, capacity=np.full(len(need), best.max_rate / pool.count),
                           power_w=np.full(len(need), watts if watts else hw.power.tdp.value * pool.power_cap),
-                          batch_capacity=0.0, weight_bytes=float(params * spec.weight_dtype.bytes)))
+                          batch_capacity=0.0, weight_bytes=float(params * spec.weight_dtype.bytes),
+                          load=series.rate))
     return pools

@@ -19,3 +19,4 @@ class Pool:
     power_w: np.ndarray         # (P,) per device at the period's load per instance
     batch_capacity: float       # per-instance req/s with no latency bound (stable); 0: no batch here
     weight_bytes: float         # the whole model in its weight format (what a new replica loads)
+    load: np.ndarray            # (P,) requests/s this pool carries in each period
