@@ -319,6 +319,10 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_fleet
 
         print_fleet(result)
+    elif result.design == "horizon":
+        from planner.horizon_report import print_horizon
+
+        print_horizon(result)
     else:
         from planner.plan_report import print_plan
 

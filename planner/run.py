@@ -69,6 +69,10 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         assert s is not None
         return plan_fleet(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
                           s.weight_dtype, s.kv_dtype, scn.name)
+    if scn.design.type == "horizon":
+        from planner.designs.horizon import plan_horizon
+
+        return plan_horizon(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, scn.search, scn.name)
     if scn.design.type == "slo-search":
         from planner.designs.slo_search import plan_slo_search
 
@@ -149,6 +153,11 @@ def headline(result) -> dict:
         head |= {"extra_servers_fraction": result.extra_servers_fraction, "extra_servers": result.extra_servers}
     elif d == "prfaas":
         head |= {k: float(v) for k, v in result.gains.items()}
+    elif d == "horizon":
+        head |= {"deployment": result.deployment,
+                 "reserved": ", ".join(f"{n} x {k}" for k, n in result.reserved.items()),
+                 "usd_total": result.totals["total"],
+                 "usd_static_peak_on_demand": result.comparisons["static_peak_on_demand"]}
     elif d == "fleet":
         head |= {"fleet": ", ".join(f"{n} x {h}" for h, n in result.instances.items()), "usd_per_h": result.usd_per_h,
                  "saving_vs_best_single": result.saving_vs_best_single}

@@ -16,6 +16,7 @@ from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.distserve import DistServeSpec
 from planner.designs.fleet import FleetSpec
+from planner.designs.horizon_spec import HorizonSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
@@ -80,7 +81,7 @@ class SimulateSpec(Frozen):
 
 
 Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec
-                   | DistServeSpec,
+                   | DistServeSpec | HorizonSpec,
                    Field(discriminator="type")]
 
 
@@ -101,7 +102,9 @@ class Scenario(Frozen):
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
-        if self.design.type in ("colocated", "slo-search", "fleet") and self.search is None:
+        own_pools = self.design.type == "horizon" and self.design.inner == "splitwise"   # pools in its section
+        needs = self.design.type in ("colocated", "slo-search", "fleet", "horizon") and not own_pools
+        if needs and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
@@ -127,6 +130,8 @@ class Scenario(Frozen):
             for key in ("input", "output"):
                 if isinstance(v.get(key), dict) and isinstance(v[key].get("trace"), str):
                     v[key] = {**v[key], "trace": _resolve(v[key]["trace"], info)}
+            if isinstance(v.get("demand"), dict) and isinstance(v["demand"].get("csv"), str):
+                v["demand"] = {**v["demand"], "csv": _resolve(v["demand"]["csv"], info)}
         return v
 
     @field_validator("workload")
