@@ -185,3 +185,19 @@ def print_fleet(r) -> None:
     singles = ", ".join(f"{h} ${v:,.1f}/h" for h, v in sorted(r.best_single.items(), key=lambda x: x[1]))
     out.print(f"[bold]fleet ${r.usd_per_h:,.1f}/h; one hardware type alone: {singles or 'none within availability'}"
               + (f"; saving {r.saving_vs_best_single:.0%}" if r.best_single else "") + "[/]")
+    if r.sweep:
+        _print_fleet_sweep(r)
+
+
+def _print_fleet_sweep(r) -> None:
+    t = Table(title="rate sweep: the mix vs one hardware type alone")
+    for col in ("req/s", "fleet", "$/h", "best single", "$/h", "saving vs best", "saving vs worst"):
+        t.add_column(col)
+    for p in r.sweep:
+        t.add_row(f"{p.rate:g}", ", ".join(f"{n} x {h}" for h, n in p.instances.items()), f"{p.usd_per_h:,.2f}",
+                  p.best_single, f"{p.best_single_usd_per_h:,.2f}", f"{p.saving_vs_best_single:.0%}",
+                  f"{p.saving_vs_worst_single:.0%}")
+    out.print(t)
+    if r.saving_range:
+        out.print(f"[bold]saving over the sweep: {r.saving_range[0]:.0%}-{r.saving_range[1]:.0%} vs single types "
+                  f"(up to {r.max_saving:.0%} vs the best one)[/]")
