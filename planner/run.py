@@ -26,6 +26,20 @@ class PlanResult(BaseModel):
 
 
 def run_scenario(scn: Scenario):
+    """Run the scenario's design, with its measured step-time tables (``measured:``) in place of
+    the roofline where they cover a query; the result's notes say so."""
+    if not scn.measured:
+        return _run_design(scn)
+    from planner.perf.measured import load_table, tables_in_use, usage_notes
+
+    with tables_in_use({hw: load_table(path) for hw, path in scn.measured.items()}) as use:
+        result = _run_design(scn)
+    if hasattr(result, "notes"):
+        result = result.model_copy(update={"notes": [*result.notes, *usage_notes(use)]})
+    return result
+
+
+def _run_design(scn: Scenario):
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest

@@ -93,6 +93,14 @@ class Scenario(Frozen):
     cost: CostModel = CostModel()
     design: Design = ColocatedSpec()
     simulate: SimulateSpec | None = None
+    measured: dict[str, str] = Field({}, description="hardware name -> CSV of measured prefill/decode step times "
+                                     "(phase,batch,tokens,context,seconds) used in place of the roofline where "
+                                     "they cover the query (planner.perf.measured)")
+
+    @field_validator("measured")
+    @classmethod
+    def _measured_paths(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        return {hw: _resolve(path, info) for hw, path in v.items()}
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
