@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import csv
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from planner.csvio import number, read_rows
 from planner.errors import InputError
 
 _COLUMNS = ("phase", "batch", "tokens", "context", "seconds")
@@ -89,53 +88,33 @@ class MeasuredTable:
         return 0 if g is None else g.seconds.size
 
 
-def _cell(text: str, where: str, what: str, positive: bool = False) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise InputError(f"{where}: expected {what}, got {text!r}") from None
-    if not math.isfinite(v) or v < 0 or (positive and v <= 0):
-        raise InputError(f"{where}: expected {what}, got {text!r}")
-    return v
-
-
 def load_table(path: str | Path) -> MeasuredTable:
     """Read a measured step-time CSV; errors say ``file:line column: what was expected`` (exit 2)."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the measured step-time table ({e.strerror})") from None
-    rows = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip() and not ln.lstrip().startswith("#")]
-    if not rows:
-        raise InputError(f"{path}:1: empty table; expected a header {','.join(_COLUMNS)}")
-    header = [c.strip() for c in next(csv.reader([rows[0][1]]))]
+    head_line, header, body = read_rows(path, "measured step-time table")
     missing = [c for c in _COLUMNS if c not in header]
     if missing:
-        raise InputError(f"{path}:{rows[0][0]}: header: expected columns {', '.join(_COLUMNS)} (and optionally tp); "
+        raise InputError(f"{path}:{head_line}: header: expected columns {', '.join(_COLUMNS)} (and optionally tp); "
                          f"missing {', '.join(missing)}")
     col = {c: header.index(c) for c in header}
     data: dict[str, dict[tuple[float, float, float], float]] = {p: {} for p in PHASES}
     tps = set()
-    for n, line in rows[1:]:
-        cells = [c.strip() for c in next(csv.reader([line]))]
-        if len(cells) < len(header):
-            raise InputError(f"{path}:{n}: expected {len(header)} columns ({', '.join(header)}), got {len(cells)}")
+    for n, cells in body:
         phase = cells[col["phase"]]
         if phase not in PHASES:
             raise InputError(f"{path}:{n} phase: expected prefill or decode, got {phase!r}")
-        key = tuple(_cell(cells[col[c]], f"{path}:{n} {c}", "a number >= 0") for c in ("batch", "tokens", "context"))
+        key = tuple(number(cells[col[c]], f"{path}:{n} {c}", "a number >= 0") for c in ("batch", "tokens", "context"))
         if key in data[phase]:
             raise InputError(f"{path}:{n}: {phase} point batch={key[0]:g} tokens={key[1]:g} context={key[2]:g} "
                              f"appears twice")
-        data[phase][key] = _cell(cells[col["seconds"]], f"{path}:{n} seconds", "a time > 0 (s)", positive=True)
+        data[phase][key] = number(cells[col["seconds"]], f"{path}:{n} seconds", "a time > 0 (s)", positive=True)
         if "tp" in col:
-            tps.add(int(_cell(cells[col["tp"]], f"{path}:{n} tp", "a positive integer", positive=True)))
+            tps.add(int(number(cells[col["tp"]], f"{path}:{n} tp", "a positive integer", positive=True)))
     if len(tps) > 1:
         raise InputError(f"{path}: tp: one table holds one layout, got tp {sorted(tps)}")
     grids = {p: _grid(path, p, pts) for p, pts in data.items() if pts}
     if not grids:
-        raise InputError(f"{path}:{rows[0][0]}: the table has no prefill or decode rows")
+        raise InputError(f"{path}:{head_line}: the table has no prefill or decode rows")
     return MeasuredTable(str(path), grids, tps.pop() if tps else None)
 
 

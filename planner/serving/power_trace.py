@@ -15,13 +15,12 @@ Format (one header line, then one row per sample; lines starting with ``#`` are 
 
 from __future__ import annotations
 
-import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from planner.csvio import number, read_rows
 from planner.errors import InputError
 
 KINDS = ("requests_per_s", "power_w")
@@ -44,44 +43,25 @@ class LoadTrace:
         return np.interp(grid, self.time_s, self.value)
 
 
-def _number(text: str, where: str, what: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise InputError(f"{where}: expected {what}, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise InputError(f"{where}: expected {what}, got {text!r}")
-    return v
-
-
 def load_trace(path: str | Path) -> LoadTrace:
     """Read and check a trace; errors say ``file:line column: what was expected`` (exit 2)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the load trace ({e.strerror})") from None
-    rows = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip() and not line.startswith("#")]
-    if not rows:
-        raise InputError(f"{path}:1: empty trace; expected a header 'time_s,requests_per_s' or 'time_s,power_w'")
-    head_line, header = rows[0][0], [c.strip() for c in next(csv.reader([rows[0][1]]))]
+    head_line, header, body = read_rows(path, "load trace")
     kinds = [k for k in KINDS if k in header]
     if "time_s" not in header or len(kinds) != 1:
         raise InputError(f"{path}:{head_line}: header: expected a 'time_s' column and exactly one of "
                          f"{' or '.join(KINDS)}, got {', '.join(header)}")
     it, iv = header.index("time_s"), header.index(kinds[0])
     times, values = [], []
-    for n, line in rows[1:]:
-        cells = next(csv.reader([line]))
-        if len(cells) < len(header):
-            raise InputError(f"{path}:{n}: expected {len(header)} columns ({', '.join(header)}), got {len(cells)}")
-        t = _number(cells[it].strip(), f"{path}:{n} time_s", "seconds >= 0")
+    for n, cells in body:
+        t = number(cells[it], f"{path}:{n} time_s", "seconds >= 0")
         if times and t <= times[-1]:
             raise InputError(f"{path}:{n} time_s: expected a time after {times[-1]:g} s (strictly increasing), "
                              f"got {t:g}")
         times.append(t)
-        values.append(_number(cells[iv].strip(), f"{path}:{n} {kinds[0]}", "a finite number >= 0"))
+        values.append(number(cells[iv], f"{path}:{n} {kinds[0]}", "a finite number >= 0"))
     if len(times) < 2:
-        raise InputError(f"{path}:{rows[-1][0]}: a trace needs at least two samples")
+        last = body[-1][0] if body else head_line
+        raise InputError(f"{path}:{last}: a trace needs at least two samples")
     t = np.array(times)
     return LoadTrace(str(path), kinds[0], t - t[0], np.array(values))
