@@ -100,6 +100,13 @@ class Scenario(Frozen):
     @field_validator("measured")
     @classmethod
     def _measured_paths(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        from planner.catalog.hardware import hardware
+
+        for name in v:
+            try:
+                hardware(name)
+            except PlannerError as e:
+                raise ValueError(str(e)) from None
         return {hw: _resolve(path, info) for hw, path in v.items()}
 
     @model_validator(mode="after")

@@ -90,3 +90,12 @@ def test_scenario_notes_the_table():
     r = run_scenario(load_scenario(ROOT / "scenarios/measured-llama70b-h100.yaml"))
     assert any("splitwisesim-llama2-70b-h100-tp8.csv" in n for n in r.notes)
     assert any("fell outside the measured tables" in n for n in r.notes)
+
+
+def test_a_table_for_an_unknown_hardware_is_a_clean_error(tmp_path):
+    from planner.scenario import load_scenario
+
+    text = (ROOT / "scenarios/measured-llama70b-h100.yaml").read_text().replace("  h100-sxm: data/", "  h100: data/")
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(InputError, match=r"s.yaml:\d+ measured.*did you mean"):
+        load_scenario(tmp_path / "s.yaml")

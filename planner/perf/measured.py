@@ -135,6 +135,7 @@ class _Use:
     tables: dict[str, MeasuredTable]
     queries: int = 0
     outside: int = 0
+    used: set[str] = field(default_factory=set)         # paths of the tables that timed a step
     notes: list[str] = field(default_factory=list)
 
 
@@ -207,6 +208,8 @@ def step_time(table: MeasuredTable, tp_match, n_decode, decode_ctx, prefill_toke
     if use is not None:
         used = np.broadcast_to(tp_match & (dec_ok | pre_ok), out.shape)
         use.queries += int(used.sum())
+        if used.any():
+            use.used.add(table.path)
         use.outside += int((used & ~np.broadcast_to(inside, out.shape)).sum())
     return out
 
@@ -216,6 +219,10 @@ def usage_notes(use: _Use) -> list[str]:
     notes = []
     for hw, t in use.tables.items():
         layout = f" at tp{t.tp}" if t.tp else ""
+        if t.path not in use.used:
+            notes.append(f"{hw}{layout}: the measured table {t.path} timed no step (no candidate ran on {hw}"
+                         f"{layout} with pp 1): the roofline was used throughout")
+            continue
         notes.append(f"{hw}{layout}: measured step times from {t.path} ({t.points('prefill')} prefill and "
                      f"{t.points('decode')} decode points) replace the roofline where they cover the query")
     if use.queries:
