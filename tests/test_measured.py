@@ -99,3 +99,18 @@ def test_a_table_for_an_unknown_hardware_is_a_clean_error(tmp_path):
     (tmp_path / "s.yaml").write_text(text)
     with pytest.raises(InputError, match=r"s.yaml:\d+ measured.*did you mean"):
         load_scenario(tmp_path / "s.yaml")
+
+
+def test_measured_table_interpolation_stays_within_its_values():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    g = load_table(CSV).grids["decode"]
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.floats(1, 64))
+    def inside(b):
+        v = float(g.interpolate([np.array(b), np.array(1.0), np.array(576.0)]))
+        assert g.seconds.min() - 1e-15 <= v <= g.seconds.max() + 1e-15
+
+    inside()

@@ -112,3 +112,14 @@ def test_a_rack_cap_below_its_braked_servers_is_infeasible():
 
     with pytest.raises(InfeasibleError, match="power brake"):
         _run(servers=8, racks=2, rack_budget=Budget(cap_w=3000), days=0.01, oversubscription=[0.0])
+
+
+def test_requests_trace_as_given_sets_the_per_server_rate(tmp_path):
+    # 20 req/s offered to a 40-server row is 0.5 req/s per server at the peak, not rescaled
+    f = tmp_path / "load.csv"
+    f.write_text("# a measured hour\ntime_s,requests_per_s\n0,10\n1800,20\n3600,15\n")
+    r = _run(trace=str(f), trace_calibrate=False, oversubscription=[0.0])
+    assert r.peak_rate_per_server == pytest.approx(0.5)
+    assert r.load.endswith("(requests/s)")
+    assert r.levels[0].capping_events_per_day == 0.0
+

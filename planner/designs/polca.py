@@ -83,7 +83,7 @@ class PolcaSpec(Frozen):
                              "host power = max(host_idle_w, GPU power x (1/share - 1))")
     trace_peak_utilization: float = Field(0.79, gt=0, le=1, description="row peak / provisioned at nameplate")
     diurnal_trough: float = Field(0.4, gt=0, le=1, description="lowest / highest load over a day")
-    days: float = Field(2.0, gt=0, le=14)
+    days: float = Field(2.0, gt=0, le=14, description="simulated days (a replayed trace runs for its own length)")
     step_s: float = Field(1.0, gt=0, le=60)
     low_priority_fraction: float = Field(0.5, ge=0, le=1)
     max_clock_mhz: float = Field(1410, gt=0)
