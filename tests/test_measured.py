@@ -114,3 +114,15 @@ def test_measured_table_interpolation_stays_within_its_values():
         assert g.seconds.min() - 1e-15 <= v <= g.seconds.max() + 1e-15
 
     inside()
+
+
+def test_estimate_uses_the_table_too():
+    import planner
+
+    with tables_in_use({"h100-sxm": load_table(CSV)}):
+        e = planner.estimate("llama-2-70b", "h100-sxm", tp=8, batch=1, input_len=2048, output_len=129)
+        e4 = planner.estimate("llama-2-70b", "h100-sxm", tp=4, batch=1, input_len=2048, output_len=129)
+    assert e.ttft_s == pytest.approx(0.1368, rel=1e-12)          # the table's prefill of 2048 tokens
+    base = planner.estimate("llama-2-70b", "h100-sxm", tp=4, batch=1, input_len=2048, output_len=129)
+    assert e4.ttft_s == pytest.approx(base.ttft_s)                # a tp4 instance keeps the roofline
+    assert e.tpot_s > 0.0298 * 0.99                               # measured decode, longer context than 576

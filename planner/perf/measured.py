@@ -159,7 +159,7 @@ def table_for(hw_name: str) -> MeasuredTable | None:
     return None if use is None else use.tables.get(hw_name)
 
 
-Roofline = Callable[[object, object, object, object], np.ndarray]
+PhaseRoofline = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def _phase_time(grid: Grid, q: list[np.ndarray], roof: Callable[[list[np.ndarray]], np.ndarray]):
@@ -171,12 +171,34 @@ def _phase_time(grid: Grid, q: list[np.ndarray], roof: Callable[[list[np.ndarray
     return t, inside
 
 
-def step_time(table: MeasuredTable, tp_match, n_decode, decode_ctx, prefill_tokens, prompt_len, tokens_per_seq,
-              roofline: Roofline, mixed_roofline_s) -> np.ndarray:
-    """The iteration's time with the table in place of the roofline where the layout matches.
+def prefill_time(table: MeasuredTable, batch, tokens, roofline_prefill: PhaseRoofline):
+    """(time, inside) of a prefill of ``batch`` prompts of ``tokens`` tokens;
+    ``roofline_prefill(batch, tokens)`` is the roofline's time of the same step."""
+    q = [np.asarray(batch, float), np.asarray(tokens, float), np.zeros_like(np.asarray(tokens, float))]
+    return _phase_time(table.grids["prefill"], q, lambda x: roofline_prefill(x[0], x[1]))
 
-    ``roofline(n_decode, decode_ctx, prefill_tokens, prompt_len)`` is the roofline iteration time;
-    ``mixed_roofline_s`` its value for this iteration."""
+
+def decode_time(table: MeasuredTable, batch, tokens_per_seq, context, roofline_decode: PhaseRoofline):
+    """(time, inside) of a decode step of ``batch`` sequences over ``context`` tokens;
+    ``roofline_decode(batch, context)`` is the roofline's time of the same step."""
+    b = np.asarray(batch, float)
+    q = [b, np.full_like(b, tokens_per_seq), np.asarray(context, float)]
+    return _phase_time(table.grids["decode"], q, lambda x: roofline_decode(x[0], x[2]))
+
+
+def _count(table: MeasuredTable, used: np.ndarray, inside: np.ndarray) -> None:
+    use = _ACTIVE.get()
+    if use is not None:
+        use.queries += int(used.sum())
+        use.outside += int((used & ~inside).sum())
+        if used.any():
+            use.used.add(table.path)
+
+
+def step_time(table: MeasuredTable, tp_match, n_decode, decode_ctx, prefill_tokens, prompt_len, tokens_per_seq,
+              roofline_decode: PhaseRoofline, roofline_prefill: PhaseRoofline, mixed_roofline_s) -> np.ndarray:
+    """An engine iteration's time with the table in place of the roofline where the layout matches;
+    ``mixed_roofline_s`` is the roofline's time of this (possibly mixed) iteration."""
     n = np.asarray(n_decode, float)
     ctx = np.asarray(decode_ctx, float)
     pre = np.asarray(prefill_tokens, float)
@@ -185,33 +207,46 @@ def step_time(table: MeasuredTable, tp_match, n_decode, decode_ctx, prefill_toke
     t_dec = r_dec = t_pre = r_pre = 0.0
     inside = np.ones(np.broadcast(n, ctx, pre, plen).shape, bool)
     if "decode" in table.grids:
-        q = [np.maximum(n, 1.0), np.full_like(n, tokens_per_seq), ctx]
-        t_dec, ok = _phase_time(table.grids["decode"], q, lambda x: roofline(x[0], x[2], 0.0, 1.0))
-        r_dec = roofline(q[0], q[2], 0.0, 1.0)
+        t_dec, ok = decode_time(table, np.maximum(n, 1.0), tokens_per_seq, ctx, roofline_decode)
+        r_dec = roofline_decode(np.maximum(n, 1.0), ctx)
         inside = inside & (ok | ~has_dec)
     if "prefill" in table.grids:
-        q = [np.maximum(pre / plen, 1e-9), plen, np.zeros_like(plen)]
-        t_pre, ok = _phase_time(table.grids["prefill"], q, lambda x: roofline(0.0, 16.0, x[0] * x[1], x[1]))
-        r_pre = roofline(0.0, 16.0, q[0] * q[1], q[1])
+        t_pre, ok = prefill_time(table, np.maximum(pre / plen, 1e-9), plen, roofline_prefill)
+        r_pre = roofline_prefill(np.maximum(pre / plen, 1e-9), plen)
         inside = inside & (ok | ~has_pre)
     dec_ok = has_dec & ("decode" in table.grids)
     pre_ok = has_pre & ("prefill" in table.grids)
     mixed = np.asarray(mixed_roofline_s, float)
     ratio = (np.where(dec_ok, t_dec, 0) + np.where(pre_ok, t_pre, 0)) / np.maximum(
         np.where(dec_ok, r_dec, 0) + np.where(pre_ok, r_pre, 0), 1e-30)
-    only_pre = pre_ok & ~has_dec
-    only_dec = dec_ok & ~has_pre
-    both = dec_ok & pre_ok
-    out = np.where(only_pre, t_pre, np.where(only_dec, t_dec, np.where(both, mixed * ratio, mixed)))
+    out = np.where(pre_ok & ~has_dec, t_pre, np.where(dec_ok & ~has_pre, t_dec,
+                                                      np.where(dec_ok & pre_ok, mixed * ratio, mixed)))
     out = np.where(tp_match, out, mixed)
-    use = _ACTIVE.get()
-    if use is not None:
-        used = np.broadcast_to(tp_match & (dec_ok | pre_ok), out.shape)
-        use.queries += int(used.sum())
-        if used.any():
-            use.used.add(table.path)
-        use.outside += int((used & ~np.broadcast_to(inside, out.shape)).sum())
+    _count(table, np.broadcast_to(tp_match & (dec_ok | pre_ok), out.shape), np.broadcast_to(inside, out.shape))
     return out
+
+
+def batch_phase_times(table: MeasuredTable, tp_match, batch, input_len, output_len, tokens_per_seq: float,
+                      tokens_per_step: float, roofline_decode: PhaseRoofline, roofline_prefill: PhaseRoofline,
+                      ttft_s, tpot_s, simpson) -> tuple[np.ndarray, np.ndarray]:
+    """``estimate``'s TTFT (one prefill of the whole batch) and TPOT (decode steps averaged over the
+    output with the ``simpson`` (fraction, weight) rule the roofline path uses) from the table where
+    the layout matches."""
+    ttft, tpot = np.asarray(ttft_s, float), np.asarray(tpot_s, float)
+    used = np.broadcast_to(np.asarray(tp_match), np.broadcast(ttft, tpot, tp_match).shape)
+    if "prefill" in table.grids:
+        t, ok = prefill_time(table, batch, input_len, roofline_prefill)
+        ttft = np.where(tp_match, t, ttft)
+        _count(table, np.broadcast_to(used, np.shape(t)), np.broadcast_to(ok, np.shape(t)))
+    if "decode" in table.grids:
+        acc = 0.0
+        for frac, w in simpson:
+            ctx = np.asarray(input_len, float) + frac * np.maximum(np.asarray(output_len, float) - 1, 0)
+            t, ok = decode_time(table, batch, tokens_per_seq, ctx, roofline_decode)
+            acc = acc + w * t
+            _count(table, np.broadcast_to(used, np.shape(t)), np.broadcast_to(ok, np.shape(t)))
+        tpot = np.where(tp_match, acc / tokens_per_step, tpot)
+    return ttft, tpot
 
 
 def usage_notes(use: _Use) -> list[str]:

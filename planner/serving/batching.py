@@ -63,12 +63,15 @@ def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     if table is None:
         return it
 
-    def roof(nd, ctx, pre, plen):
-        return _roofline_iteration(model, hw, lay, dtypes, nd, ctx, pre, plen, spec).time_s
+    def roof_dec(n, ctx):
+        return _roofline_iteration(model, hw, lay, dtypes, n, ctx, 0.0, 1.0, spec).time_s
+
+    def roof_pre(batch, tokens):
+        return _roofline_iteration(model, hw, lay, dtypes, 0.0, 16.0, batch * tokens, tokens, spec).time_s
 
     match = (lay.pp == 1) & ((lay.tp == table.tp) if table.tp else True)
     t = measured_step_time(table, match, n_decode, decode_ctx, prefill_tokens, prompt_len, 1.0 + spec.draft_tokens,
-                           roof, it.time_s)
+                           roof_dec, roof_pre, it.time_s)
     return Iteration(t, it.power_w)
 
 
