@@ -97,13 +97,13 @@ def _trajectory(p, target0, t1, t2, h):
     dec = np.where(p > t2, 2, np.where((p > t1) & (p < t2 - h), 1, np.where(p < t1 - h, 0, -1)))
     steps = np.arange(w)[:, None]
     last = np.maximum.accumulate(np.where(dec >= 0, steps, -1), axis=0)
-    v = np.where(last >= 0, np.take_along_axis(dec, np.maximum(last, 0), axis=0), target0)
+    at, cols, seen = np.maximum(last, 0), np.arange(p.shape[1]), last >= 0
+    v = np.where(seen, dec[at, cols], target0)
     c3 = np.cumsum((p >= t2 - h) & (p <= t2), axis=0)
     c1 = np.cumsum((p >= t1 - h) & (p <= t1), axis=0)
 
     def since(c):
-        before = np.where(last >= 0, np.take_along_axis(c, np.maximum(last, 0), axis=0), 0)
-        return c - before > 0
+        return c - np.where(seen, c[at, cols], 0) > 0
 
     return np.where(v == 1, 1, np.where(v == 0, np.where(since(c3), 1, 0), np.where(since(c1), 1, 2)))
 
