@@ -36,8 +36,22 @@ def run_scenario(scn: Scenario):
     from planner.plan_prices import scenario_hardware, scenario_prices, with_prices
 
     rates = scn.cost.rates(scenario_hardware(scn))
-    result = sized_at(scn, lambda s: _run_design(s, rates), headline)
+    result = sized_at(scn, lambda s: _run_measured(s, rates), headline)
     return with_prices(result, scenario_prices(scn))
+
+
+def _run_measured(scn: Scenario, rates: dict[str, float]):
+    """The design with the scenario's measured step-time tables (``measured:``) in place of the
+    roofline where they cover a query; the result's notes say so."""
+    if not scn.measured:
+        return _run_design(scn, rates)
+    from planner.perf.measured import load_table, tables_in_use, usage_notes
+
+    with tables_in_use({hw: load_table(path) for hw, path in scn.measured.items()}) as use:
+        result = _run_design(scn, rates)
+    if hasattr(result, "notes"):
+        result = result.model_copy(update={"notes": [*result.notes, *usage_notes(use)]})
+    return result
 
 
 def _run_design(scn: Scenario, rates: dict[str, float]):

@@ -99,6 +99,21 @@ class Scenario(Frozen):
     confidence: float = Field(0.5, ge=0.05, le=0.95, description=(
         "size every design so it holds when the hardware performs at this quantile of the model's error "
         "bands (planner/catalog/bands.yaml); 0.5 = the median"))
+    measured: dict[str, str] = Field({}, description="hardware name -> CSV of measured prefill/decode step times "
+                                     "(phase,batch,tokens,context,seconds) used in place of the roofline where "
+                                     "they cover the query (planner.perf.measured)")
+
+    @field_validator("measured")
+    @classmethod
+    def _measured_paths(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        from planner.catalog.hardware import hardware
+
+        for name in v:
+            try:
+                hardware(name)
+            except PlannerError as e:
+                raise ValueError(str(e)) from None
+        return {hw: _resolve(path, info) for hw, path in v.items()}
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
