@@ -40,7 +40,22 @@ app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from planner import __version__
+
+        typer.echo(f"planner {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """LLM serving-cluster capacity planner: roofline models of prefill and decode."""
+
+
 class DTypeOpt(str, Enum):
+    fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
@@ -211,6 +226,9 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
     from planner.scenario import load_scenario
 
     scn = load_scenario(scenario)
+    from planner.plan_outputs import check_plan_outputs
+
+    check_plan_outputs(scenario, scn, csv_out, plot)   # before the work: folder, suffix, not an input
     if plot:
         from planner.plots import _pyplot
 

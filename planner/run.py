@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
 from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
-from planner.scenario import Scenario
+from planner.errors import InputError
+from planner.scenario import Scenario, load_scenario
 from planner.serving.workload import length_stats
 
 
@@ -25,11 +28,16 @@ class PlanResult(BaseModel):
     notes: list[str] = []
 
 
-def run_scenario(scn: Scenario):
+def run_scenario(scn: Scenario | str | Path):
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest
-    SLO-meeting rate, with cost and power ratios. POLCA: the oversubscription sweep of a row."""
+    SLO-meeting rate, with cost and power ratios. POLCA: the oversubscription sweep of a row.
+    ``scn`` is a ``Scenario`` or the path of a scenario file."""
+    if isinstance(scn, (str, Path)):
+        scn = load_scenario(scn)
+    elif not isinstance(scn, Scenario):
+        raise InputError(f"run_scenario takes a Scenario or a scenario file path, got {type(scn).__name__}")
     m = get_model(scn.model)
     if scn.design.type == "splitwise":          # each design loads only when used (CLI start-up)
         from planner.designs.splitwise import plan_splitwise

@@ -100,6 +100,13 @@ class Scenario(Frozen):
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        from planner.scenario_checks import check_scenario
+
+        check_scenario(self)
+        return self
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str, info: ValidationInfo) -> str:

@@ -7,6 +7,7 @@ from enum import Enum
 from pydantic import Field
 
 from planner.catalog.hardware import HardwareProfile
+from planner.checks import PositiveFinite
 from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.units import HOUR_S
@@ -23,8 +24,9 @@ class CostModel(Frozen):
 
 
     mode: CostMode = CostMode.rent
-    usd_per_h: dict[str, float] = Field({}, description="rental $/accelerator-hour per hardware name")
-    purchase_usd: dict[str, float] = Field({}, description="purchase $ per accelerator (incl. its server share)")
+    usd_per_h: dict[str, PositiveFinite] = Field({}, description="rental $/accelerator-hour per hardware name")
+    purchase_usd: dict[str, PositiveFinite] = Field({}, description="purchase $ per accelerator "
+                                                    "(incl. its server share)")
     lifetime_years: float = Field(4.0, gt=0)
     usd_per_kwh: float = Field(0.08, ge=0)
     pue: float = Field(1.3, ge=1.0, description="datacenter power usage effectiveness")

@@ -11,6 +11,7 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
+from planner.checks import check_context
 from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
 from planner.perf.estimate import resolve_dtypes
@@ -54,6 +55,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
             raise InputError(f"{name} must be a positive integer, got {v!r}")
     if concurrency is not None and (not isinstance(concurrency, (int, np.integer)) or concurrency < 1):
         raise InputError(f"concurrency must be a positive integer or None, got {concurrency!r}")
+    check_context(m, input_len + output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay)
