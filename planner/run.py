@@ -93,6 +93,10 @@ def run_scenario(scn: Scenario | str | Path):
             notes.append(f"the simulator needed {sim.instances} instances where the analytic model chose "
                          f"{analytic_k}; the deployment below is scaled to {sim.instances}")
             best = _rescaled(best, sim.instances)
+            # the alternatives were sized by the same analytic model: apply the same correction, so
+            # none looks cheaper than the pick only because it was not simulated
+            alternatives = [_rescaled(d, -(-d.instances * sim.instances // analytic_k)) for d in alternatives]
+            notes.append("alternatives scaled by the same simulator correction (not simulated themselves)")
         if not sim.meets_slo:
             notes.append("the simulator still sees SLO violations: " + "; ".join(sim.violations))
     return PlanResult(scenario=scn.name, design=scn.design.type, model=m.name, rate=scn.workload.request_rate,

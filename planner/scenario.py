@@ -141,12 +141,19 @@ class Scenario(Frozen):
         return v
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; errors say ``file:line field: problem``."""
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate a scenario file; errors say ``file:line field: problem``. ``overrides``:
+    ``key.path=value`` strings applied first (``--set``; their errors say ``--set``)."""
     path = Path(path)
     data, lines = load_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}:1: a scenario is a YAML mapping")
+    if overrides:
+        from planner.overrides import apply_sets
+
+        data, paths = apply_sets(data, overrides)
+        lines = {k: v for k, v in lines.items() if not any(k[:len(p)] == p for p in paths)}
+        lines.update({p: 0 for p in paths})             # line 0: "given by --set"
     try:
         return Scenario.model_validate(data, context={"base": str(path.parent)})
     except ValidationError as e:

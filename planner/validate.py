@@ -140,10 +140,13 @@ class Row(BaseModel):
     rel_error: float     # (predicted - measured) / measured
 
 
-def validate(path: Path | None = None) -> dict:
+def validate(path: Path | None = None, progress=None) -> dict:
+    """Every point predicted against its measurement; ``progress(done, total)`` is called per point."""
     ds = load_points(path)
     rows = []
-    for p in ds.points:
+    for k, p in enumerate(ds.points):
+        if progress is not None:
+            progress(k, len(ds.points))
         pred = predict(p)
         rows.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, metric=p.metric,
                         kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,

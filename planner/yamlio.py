@@ -176,7 +176,7 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
         msg = "required field is missing"
     elif "input" in e and not isinstance(e["input"], (dict, list)):
         msg = f"{msg}, got {e['input']!r}"
-    where = f"{path}:{line}" if line else str(path)
+    where = f"{path}:{line}" if line else (f"{path} --set" if line == 0 else str(path))
     return InputError(f"{where} {field}: {msg}")
 
 

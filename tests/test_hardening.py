@@ -298,3 +298,100 @@ def test_design_names_carry_file_line_field(tmp_path, scenario, old, new, field)
     line = next(i for i, t in enumerate(text.splitlines(), 1) if old in t)
     with pytest.raises(planner.InputError, match=rf"^{p}:{line} {field}: unknown"):
         planner.load_scenario(p)
+
+
+def test_hf_config_with_nan_or_latin1(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{"model_type": "llama", "hidden_size": NaN}')
+    with pytest.raises(planner.InputError, match=f"{p}: NaN"):
+        planner.model_from_hf_config(p)
+    p.write_bytes('{"model_type": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(planner.InputError, match=f"{p}:1: config.json is not UTF-8"):
+        planner.model_from_hf_config(p)
+
+
+@pytest.mark.parametrize("row", ["0,inf,10", "inf,100,10", "nan,100,10"])
+def test_trace_with_non_finite_numbers(tmp_path, row):
+    from planner.serving.trace import load_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text(f"timestamp,input_tokens,output_tokens\n0,100,10\n{row}\n")
+    with pytest.raises(planner.InputError, match=f"{p}:3"):
+        load_trace(str(p))
+
+
+# -- planner throughput ----------------------------------------------------------------------------
+TP = ["throughput", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "8", "-i", "2048", "-o", "256", "--json"]
+
+
+def test_throughput_cli_slo_point_meets_slo_and_is_the_edge():
+    r = runner.invoke(app, [*TP, "--ttft-p90", "1.0", "--tpot-p90", "0.05"])
+    assert r.exit_code == 0, r.stderr
+    best = json.loads(r.stdout)
+    assert best["ttft_s"]["p90"] <= 1.0 and best["tpot_s"]["p90"] <= 0.05
+    assert 0 < best["requests_per_s"] <= best["max_rate"]
+    # 10% more load than the SLO edge breaks the SLO the answer names as binding
+    more = json.loads(runner.invoke(app, [*TP, "--rate", str(best["requests_per_s"] * 1.1)]).stdout)
+    assert best["binding"] == "tpot_s.p90 <= 0.05" and more["tpot_s"]["p90"] > 0.05
+
+
+def test_throughput_cli_rate_is_littles_law_and_monotone():
+    lo, hi = (json.loads(runner.invoke(app, [*TP, "--rate", r]).stdout) for r in ("1", "6"))
+    for p in (lo, hi):   # sequences decoding = arrival rate x time a request spends decoding (Little)
+        decoding_s = (p["output_len"] - 1) * p["tpot_s"]["mean"]
+        assert p["decode_batch"] == pytest.approx(p["requests_per_s"] * decoding_s, rel=0.05)
+    assert hi["tpot_s"]["p90"] > lo["tpot_s"]["p90"] and hi["ttft_s"]["p90"] > lo["ttft_s"]["p90"]
+
+
+def test_throughput_cli_closed_loop_matches_api():
+    r = runner.invoke(app, [*TP, "--concurrency", "16"])
+    api = planner.throughput("llama-3.1-70b", "h100-sxm", tp=8, input_len=2048, output_len=256, concurrency=16)
+    assert r.exit_code == 0 and json.loads(r.stdout)["requests_per_s"] == pytest.approx(api.requests_per_s)
+
+
+@pytest.mark.parametrize("extra,code", [(["--rate", "500"], 1), (["--ttft-p90", "0.001"], 1),
+                                        (["--rate", "2", "-c", "4"], 2), (["--ttft-p90", "0"], 2),
+                                        (["--rate", "nan"], 2)])
+def test_throughput_cli_errors(extra, code):
+    r = runner.invoke(app, [*TP, *extra])
+    assert r.exit_code == code and "Traceback" not in r.stderr and "rror" in r.stderr
+
+
+def test_set_overrides_a_field(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    r = runner.invoke(app, ["plan", str(p), "--json", "--set", "workload.rate=40"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["rate"] == 40
+    _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "workload.rate=abc"]), "--set workload.rate")
+    _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "rate"]), "key.path=value")
+
+
+def test_compare_three_scenarios(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    r = runner.invoke(app, ["compare", str(p), str(p), str(p), "--json", "--set", "workload.rate=10"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert list(data) == ["a", "b", "c"] and data["a"] == data["c"]
+
+
+def test_whatif_json_explain_has_breakdown():
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "100", "-o", "10", "--json",
+                            "--explain"])
+    ops = {row["op"] for row in json.loads(r.stdout)["breakdown"]}
+    assert {"qkv_proj", "attention", "ffn_up"} <= ops
+
+
+def test_plan_help_shows_plot_extra():
+    r = runner.invoke(app, ["plan", "--help"])
+    assert "planner[plot]" in r.stdout
+
+
+def test_rag_alternatives_consistent_with_simulator_scaled_pick():
+    r = planner.run_scenario(ROOT / "scenarios" / "rag-longctx-mi300x.yaml")
+    assert r.best.instances > r.analytic_instances          # the simulator asked for more
+    assert all(a.usd_per_h >= r.best.usd_per_h for a in r.alternatives)
+
+
+@pytest.mark.parametrize("kw", [{"mtp_tokens": None}, {"mtp_tokens": False}, {"mtp_tokens": 1, "mtp_acceptance": "x"}])
+def test_estimate_bad_mtp_types_are_input_errors(kw):
+    with pytest.raises(planner.InputError, match="MTP"):
+        planner.estimate("llama-3.1-8b", "h100-sxm", input_len=256, output_len=32, **kw)
