@@ -9,6 +9,8 @@ field's ``file:line``.
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -29,6 +31,13 @@ def split_located(message: str) -> tuple[tuple[str, ...], str]:
         field, text = message[len(LOCATED):].split(": ", 1)
         return tuple(field.split(".")), text
     return (), message
+
+
+def as_path(value: object, what: str) -> Path:
+    """``value`` as a ``Path``; anything that is not a str or path-like is an ``InputError``."""
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"{what} must be a file path, got {type(value).__name__} {value!r:.60}")
+    return Path(value)
 
 
 def _finite(v: float) -> float:

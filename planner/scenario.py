@@ -144,7 +144,9 @@ class Scenario(Frozen):
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     """Read and validate a scenario file; errors say ``file:line field: problem``. ``overrides``:
     ``key.path=value`` strings applied first (``--set``; their errors say ``--set``)."""
-    path = Path(path)
+    from planner.checks import as_path
+
+    path = as_path(path, "a scenario")
     data, lines = load_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}:1: a scenario is a YAML mapping")

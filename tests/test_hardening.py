@@ -395,3 +395,10 @@ def test_rag_alternatives_consistent_with_simulator_scaled_pick():
 def test_estimate_bad_mtp_types_are_input_errors(kw):
     with pytest.raises(planner.InputError, match="MTP"):
         planner.estimate("llama-3.1-8b", "h100-sxm", input_len=256, output_len=32, **kw)
+
+
+@pytest.mark.parametrize("call", [lambda: planner.load_scenario(42), lambda: planner.load_scenario(None),
+                                  lambda: planner.model_from_hf_config(None)])
+def test_path_arguments_of_other_types_are_input_errors(call):
+    with pytest.raises(planner.InputError, match="must be a file path"):
+        call()

@@ -156,7 +156,9 @@ def _no_constant(name: str) -> float:
 
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a local HuggingFace ``config.json`` (never downloaded)."""
-    path = Path(path)
+    from planner.checks import as_path
+
+    path = as_path(path, "a config.json")
     if path.is_dir():
         path = path / "config.json"
     from planner.yamlio import read_text

@@ -17,12 +17,12 @@ from planner.frozen import Frozen
 from planner.perf.estimate import resolve_dtypes
 from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine
-from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
+from planner.serving.queueing import PREFILL_CAPACITY, Curve, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
 
 
-class ServingEstimate(Frozen):
-    """One instance in steady state (``planner.throughput``)."""
+class InstanceRequests(Frozen):
+    """Which instance serves which requests (the first fields of every one-instance answer)."""
 
     model: str
     hardware: str
@@ -31,6 +31,11 @@ class ServingEstimate(Frozen):
     ep: int
     input_len: int
     output_len: int
+
+
+class ServingEstimate(InstanceRequests):
+    """One instance in steady state (``planner.throughput``)."""
+
     output_tokens_per_s: float
     total_tokens_per_s: float
     requests_per_s: float
@@ -44,25 +49,33 @@ class ServingEstimate(Frozen):
     limit: str                  # what caps throughput at this concurrency
 
 
+def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: int, pp: int, ep: int,
+                   input_len: int, output_len: int, weight_dtype: str | DType, kv_dtype: str | DType | None,
+                   engine: Engine | None) -> tuple[ModelSpec, HardwareProfile, Layout, Curve]:
+    """The checked arguments and the steady-state load curve of one instance serving requests of
+    fixed lengths (shared by the closed-loop answer here and ``load_point``'s open-loop ones)."""
+    m, hw = get_model(model), get_hardware(hardware)
+    for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    check_context(m, input_len + output_len)
+    dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
+    lay = Layout.of(tp, ep, pp)
+    check_layout(m, lay)
+    w = Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
+    return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
+
+
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
                input_len: int, output_len: int, weight_dtype: str | DType = "bf16",
                kv_dtype: str | DType | None = None, concurrency: int | None = None,
                engine: Engine | None = None) -> ServingEstimate:
     """Continuous-batching steady state of one instance (see module docstring)."""
-    m, hw = get_model(model), get_hardware(hardware)
-    for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise InputError(f"{name} must be a positive integer, got {v!r}")
-    if concurrency is not None and (not isinstance(concurrency, (int, np.integer)) or concurrency < 1):
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer))
+                                    or concurrency < 1):
         raise InputError(f"concurrency must be a positive integer or None, got {concurrency!r}")
-    check_context(m, input_len + output_len)
-    dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
-    lay = Layout.of(tp, ep, pp)
-    check_layout(m, lay)
-    engine = engine or Engine()
-    w = Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
-    stats = length_stats(w)
-    c = serving_curve(m, hw, lay, dtypes, engine, stats)
+    m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
+                                   engine)
     if not np.isfinite(c.n[0, 0]):
         raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} has no memory left for the KV "
                               f"cache of one {input_len + output_len}-token sequence; try more devices or fp8 weights")

@@ -9,34 +9,20 @@ server as an M/G/1 queue) at a given arrival rate instead, or at its largest SLO
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import hardware as get_hardware
-from planner.catalog.model_catalog import model as get_model
-from planner.checks import check_context
 from planner.errors import InfeasibleError, InputError
-from planner.perf.estimate import resolve_dtypes
-from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine
-from planner.serving.queueing import Curve, at_rates, serving_curve, slo_ok
+from planner.serving.closed_loop import InstanceRequests, instance_curve
+from planner.serving.queueing import Curve, at_rates, slo_ok
 from planner.serving.slo import SLO
-from planner.serving.workload import Fixed, Workload, length_stats
 
 _P = ("mean", "p50", "p90", "p99")
 
 
-class LoadPoint(BaseModel):
+class LoadPoint(InstanceRequests):
     """Steady state of one instance at one open-loop request rate (per instance)."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
-    model: str
-    hardware: str
-    tp: int
-    pp: int
-    ep: int
-    input_len: int
-    output_len: int
     requests_per_s: float
     output_tokens_per_s: float
     ttft_s: dict[str, float]
@@ -52,16 +38,8 @@ class LoadPoint(BaseModel):
 
 
 def _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype, engine):
-    m, hw = get_model(model), get_hardware(hardware)
-    for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise InputError(f"{name} must be a positive integer, got {v!r}")
-    check_context(m, input_len + output_len)
-    dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
-    lay = Layout.of(tp, ep, pp)
-    check_layout(m, lay)
-    stats = length_stats(Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len)))
-    c = serving_curve(m, hw, lay, dtypes, engine or Engine(), stats)
+    m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
+                                   engine)
     stable = np.isfinite(c.rate[0]) & (c.rho[0] < 1)
     if not stable.any():
         raise InfeasibleError(f"{m.name} tp={tp} pp={pp} ep={ep} on {hw.name} cannot serve one {input_len}+"
