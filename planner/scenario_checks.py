@@ -38,7 +38,8 @@ def _design_strings(scn: Any) -> list[tuple[str, str, str]]:
                 if k in ("hardware", "framework", "counterfactual_model") and isinstance(v, str):
                     out.append((f"{path}.{k}", k, v))
                 elif k == "pairs" and isinstance(v, (list, tuple)):
-                    out += [(f"{path}.pairs.{i}", "hardware", h) for i, pair in enumerate(v) for h in pair]
+                    out += [(f"{path}.pairs.{i}", "hardware", h) for i, pair in enumerate(v)
+                            if isinstance(pair, (list, tuple)) for h in pair if isinstance(h, str)]
                 else:
                     stack.append((f"{path}.{k}", v))
         elif isinstance(x, (list, tuple)):

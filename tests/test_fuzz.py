@@ -134,6 +134,20 @@ def test_fuzz_whatif_cli(args, json_out, explain):
     _clean(runner.invoke(app, argv), json_out)
 
 
+load = st.one_of(st.just([]), st.tuples(st.sampled_from(["--concurrency", "--rate"]), ints).map(list),
+                 st.lists(st.sampled_from(["--ttft-p90", "--tpot-p90", "0.05", "1", "0", "-1", "nan", "x"]),
+                          max_size=4))
+
+
+@fuzz(100)
+@given(whatif_args, load, st.booleans())
+def test_fuzz_throughput_cli(args, extra, json_out):
+    _count("throughput CLI")
+    args = {k: v for k, v in args.items() if k not in ("--batch", "--mtp-tokens", "--mtp-acceptance")}
+    argv = ["throughput", *[x for k, v in args.items() for x in (k, str(v))], *map(str, extra)]
+    _clean(runner.invoke(app, argv + (["--json"] if json_out else [])), json_out)
+
+
 # -- scenario documents through `planner plan` -----------------------------------------------------
 @fuzz(160)
 @given(mutated(BASE))
@@ -237,5 +251,5 @@ def test_fuzz_case_count(capsys):
     total = sum(COUNT.values())
     with capsys.disabled():
         print(f"\nfuzz: {total} generated cases (" + ", ".join(f"{k}: {v}" for k, v in COUNT.items()) + ")")
-    if len(COUNT) == 6:
+    if len(COUNT) == 7:
         assert total >= 500
