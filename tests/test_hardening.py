@@ -402,3 +402,15 @@ def test_estimate_bad_mtp_types_are_input_errors(kw):
 def test_path_arguments_of_other_types_are_input_errors(call):
     with pytest.raises(planner.InputError, match="must be a file path"):
         call()
+
+
+def test_api_built_workload_and_slo_reject_infinity():
+    from pydantic import ValidationError
+
+    from planner.serving.slo import Target
+    from planner.serving.workload import Workload
+
+    with pytest.raises(ValidationError, match="finite"):
+        Workload(rate=float("inf"), trace="azure-conv-2023")
+    with pytest.raises(ValidationError, match="finite"):
+        Target(p90=float("inf"))

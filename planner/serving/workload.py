@@ -125,7 +125,8 @@ class Workload(Frozen):
     prompt tokens found in the prefix cache: they cost no prefill compute but still occupy KV.
     """
 
-    rate: float | None = Field(None, gt=0, description="requests per second (default: the trace's mean rate)")
+    rate: float | None = Field(None, gt=0, allow_inf_nan=False,
+                               description="requests per second (default: the trace's mean rate)")
     arrival: Arrival = Arrival()
     trace: str | None = None
     input: Length | None = None
