@@ -44,9 +44,11 @@ _EXPORTS = {
 def kv_cache_bytes_per_token(model: Any, kv_dtype: str = "bf16") -> int:
     """KV-cache bytes one token adds across all layers (see ``perf.memory``)."""
     from planner.catalog.model_catalog import model as get_model
+    from planner.perf.estimate import resolve_dtypes
     from planner.perf.memory import kv_cache_bytes_per_token as _kv
 
-    return _kv(get_model(model), kv_dtype)
+    m = get_model(model)
+    return _kv(m, resolve_dtypes(m, None, kv_dtype).kv)
 
 
 def __getattr__(name: str) -> Any:

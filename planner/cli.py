@@ -40,7 +40,22 @@ app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from planner import __version__
+
+        typer.echo(f"planner {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """LLM serving-cluster capacity planner: roofline models of prefill and decode."""
+
+
 class DTypeOpt(str, Enum):
+    fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
@@ -267,18 +282,61 @@ def whatif(
 
 @app.command()
 @_guard
+def throughput(
+    model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json."),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (attention)."),
+    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline stages."),
+    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE)."),
+    input_len: int = typer.Option(..., "--input-len", "-i", min=1, help="Prompt tokens per request."),
+    output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per request."),
+    weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
+    kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
+    concurrency: int | None = typer.Option(None, "--concurrency", "-c", min=1,  # noqa: UP007
+                                           help="Closed loop: this many requests in flight."),
+    rate: float | None = typer.Option(None, "--rate", "-r", min=0.0, help="Open loop: Poisson "  # noqa: UP007
+                                      "arrivals at this many requests/s."),
+    ttft_p90: float | None = typer.Option(None, "--ttft-p90", min=0.0, help="SLO: P90 time to first "  # noqa: UP007
+                                          "token, s (with --tpot-p90: the most load meeting both)."),
+    tpot_p90: float | None = typer.Option(None, "--tpot-p90", min=0.0, help="SLO: P90 time per output "  # noqa: UP007
+                                          "token, s."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Serving steady state of ONE instance: at a concurrency (closed loop; default: as many as fit),
+    at a request rate (open loop), or the most load meeting a TTFT/TPOT SLO."""
+    from planner.throughput_cli import run_throughput
+
+    run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+                   weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
+                   concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, json_out=json_out)
+
+
+@app.command()
+@_guard
 def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
          json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
          plot: str | None = typer.Option(None, "--plot", help="Also draw the result into this image file "
-                                         "(needs matplotlib: pip install 'planner[plot]')."),
+                                         "(needs matplotlib: pip install 'planner\\[plot]')."),
          csv_out: str | None = typer.Option(None, "--csv", help="Also write the front / sweep / table as CSV."),
+         sets: list[str] = typer.Option([], "--set", help="Override a scenario field: key.path=value "
+                                        "(e.g. --set workload.rate=40); repeatable."),
+         emit: tuple[str, str] | None = typer.Option(None, "--emit", metavar="ENGINE DIR",  # noqa: UP007
+                                              help="Write the chosen deployment's launch files into DIR: ENGINE is "
+                                              "vllm, sglang, trtllm or k8s (colocated design)."),
          ) -> None:
     """Plan a scenario: the cheapest deployment meeting its SLOs (and the simulator's check)."""
     from planner.report import print_json
     from planner.run import run_scenario
     from planner.scenario import load_scenario
 
-    scn = load_scenario(scenario)
+    scn = load_scenario(scenario, sets)
+    from planner.plan_outputs import check_plan_outputs
+
+    check_plan_outputs(scenario, scn, csv_out, plot)   # before the work: folder, suffix, not an input
+    if emit and emit[0] is not None:
+        from planner.emit import check_emit
+
+        check_emit(*emit)
     if plot:
         from planner.plots import _pyplot
 
@@ -343,24 +401,35 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.export import write_csv
 
         write_csv(result, csv_out)
+    if emit and emit[0] is not None:
+        from planner.emit import emit as write_launch_files
+
+        for path in write_launch_files(result, scn, *emit):
+            typer.echo(f"wrote {path}", err=True)
 
 
 @app.command()
 @_guard
-def compare(a: str = typer.Argument(..., help="First scenario YAML."),
-            b: str = typer.Argument(..., help="Second scenario YAML."),
-            more: list[str] = typer.Argument(None, help="More scenario YAMLs (e.g. colocated, Splitwise and "
-                                             "DistServe on one workload)."),
-            json_out: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """Run two or more scenarios and show their headline numbers side by side."""
-    from planner.report import print_json
+def compare(scenarios: list[str] = typer.Argument(..., help="Two or more scenario YAML files."),
+            json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+            sets: list[str] = typer.Option([], "--set", help="Override a field in every scenario: "
+                                           "key.path=value; repeatable.")) -> None:
+    """Run scenarios and show their headline numbers side by side (JSON keys a, b, c, ...)."""
+    from planner.report import err, print_json
     from planner.run import headline, run_scenario
     from planner.scenario import load_scenario
 
-    paths = [a, b, *(more or [])]
-    heads = [headline(run_scenario(load_scenario(x))) for x in paths]
+    if len(scenarios) < 2:
+        raise typer.BadParameter("give at least two scenarios", param_hint="SCENARIOS")
+    loaded = [load_scenario(x, sets) for x in scenarios]     # every file checked before any run
+    heads = []
+    with err.status("comparing...") as status:
+        for k, scn in enumerate(loaded):
+            status.update(f"comparing {k + 1}/{len(loaded)}: {scn.name} ({scn.design.type})...")
+            heads.append(headline(run_scenario(scn)))
+    labels = [chr(ord("a") + k) if k < 26 else f"s{k + 1}" for k in range(len(heads))]
     if json_out:
-        print_json({chr(ord("a") + k): h for k, h in enumerate(heads)})
+        print_json(dict(zip(labels, heads, strict=True)))
         return
     from rich.table import Table
 
@@ -368,7 +437,7 @@ def compare(a: str = typer.Argument(..., help="First scenario YAML."),
 
     t = Table(title="Scenarios side by side")
     t.add_column("")
-    for x in paths:
+    for x in scenarios:
         t.add_column(x)
     for key in dict.fromkeys(k for h in heads for k in h):
         fmt = (lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
@@ -390,13 +459,15 @@ def schema() -> None:
 def validate(json_out: bool = typer.Option(False, "--json", help="Print {points, summary} as JSON."),
              file: str | None = typer.Option(None, "--file", help="Another measurements YAML."),
              ) -> None:
-    """Predicted vs published measurements: per-point error and a summary per vendor and metric."""
+    """Predicted vs every bundled published measurement: per-point error, summaries per vendor and framework."""
     from pathlib import Path
 
-    from planner.report import print_json
+    from planner.report import err, print_json
     from planner.validate import validate as run
 
-    result = run(Path(file) if file else None)
+    with err.status("validating...") as status:
+        result = run(Path(file) if file else None,
+                     progress=lambda k, n: status.update(f"validating point {k + 1}/{n}..."))
     if json_out:
         print_json(result)
         return

@@ -30,8 +30,11 @@ def rows_of(result) -> list[dict]:
 
 
 def write_csv(result, path: str | Path) -> int:
+    """Write the rows to ``path`` whole or not at all (a temporary file renamed at the end)."""
+    from planner.outputs import atomic_path
+
     rows = rows_of(result)
-    with open(path, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         if rows:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()

@@ -19,7 +19,8 @@ def print_plan(r: PlanResult) -> None:
         ("deployment", f"{b.instances} x ({b.hardware} tp={b.tp} ep={b.ep} pp={b.pp}, {b.weight_dtype} weights, "
                        f"{b.kv_dtype} KV) = {b.accelerators} accelerators"),
         ("load per instance", f"{b.rate_per_instance:.3g} req/s of {b.max_rate_per_instance:.3g} max under the SLOs; "
-                              f"mean decode batch {b.decode_batch:.0f} (set max_num_seqs >= {b.max_num_seqs})"),
+                              f"mean decode batch {b.decode_batch:.0f} (set max_num_seqs >= {b.max_num_seqs} per "
+                              "engine replica, i.e. per attention-DP rank)"),
         ("TTFT p50/p90/p99", _lat(b.ttft_s)),
         ("TPOT p50/p90/p99", _lat(b.tpot_s)),
         ("E2E p50/p90/p99", _lat(b.e2e_s)),

@@ -60,6 +60,8 @@ def plot_result(result, path: str) -> None:
             ax.set_xlabel("inter-datacenter link (Gb/s)")
             ax.set_ylabel(ylabel)
             ax.legend(fontsize=7)
+    elif result.design == "fleet":
+        fig = _plot_fleet(plt, result)
     elif result.design == "splitwise":
         fig, a = plt.subplots(figsize=(7, 4))
         for row in result.rows:
@@ -80,5 +82,28 @@ def plot_result(result, path: str) -> None:
         a.set_xlabel("$ per million output tokens")
         a.set_ylabel("TPOT P90 (ms)")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    from planner.outputs import atomic_path
+
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp)
+    finally:
+        plt.close(fig)
+
+
+def _plot_fleet(plt, result):
+    """Instances per hardware (left) and the share of each length bucket each hardware serves."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    names = list(result.instances)
+    a.bar(names, [result.instances[h] for h in names])
+    a.set_ylabel("instances")
+    a.set_title(f"fleet: ${result.usd_per_h:,.0f}/h")
+    buckets = [f"{k + 1}" for k in range(len(result.buckets))]
+    bottom = [0.0] * len(buckets)
+    for h, shares in result.routing.items():
+        b.bar(buckets, [s * 100 for s in shares], bottom=bottom, label=h)
+        bottom = [x + s * 100 for x, s in zip(bottom, shares, strict=True)]
+    b.set_xlabel("request-length bucket (shortest first)")
+    b.set_ylabel("% of the bucket's requests")
+    b.legend(fontsize=7)
+    return fig

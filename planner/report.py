@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from functools import lru_cache
 from typing import Any
@@ -30,8 +31,19 @@ err = _Lazy(True)
 
 
 def print_json(data: Any) -> None:
-    """One JSON object on stdout and nothing else."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """One JSON object on stdout and nothing else. NaN and infinities (no value, unbounded)
+    become ``null``: they are not JSON, and strict parsers reject them."""
+    sys.stdout.write(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def si(value: float, unit: str, digits: int = 3) -> str:

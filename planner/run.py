@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
 from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
+from planner.errors import InputError
 from planner.perf.cost import PriceQuote
-from planner.scenario import Scenario
+from planner.scenario import Scenario, load_scenario
 from planner.serving.workload import length_stats
 
 
@@ -28,11 +31,16 @@ class PlanResult(BaseModel):
     certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
-def run_scenario(scn: Scenario):
+def run_scenario(scn: Scenario | str | Path):
     """Run the scenario's design at its ``confidence`` quantile of the error bands, and at the
     median, and attach both sizes (``certainty``: ``planner.confidence``); the result states the
-    prices it used (``plan_prices``)."""
+    prices it used (``plan_prices``). ``scn`` is a ``Scenario`` or the path of a scenario file."""
     from planner.confidence import sized_at
+
+    if isinstance(scn, (str, Path)):
+        scn = load_scenario(scn)
+    elif not isinstance(scn, Scenario):
+        raise InputError(f"run_scenario takes a Scenario or a scenario file path, got {type(scn).__name__}")
     from planner.plan_prices import scenario_hardware, scenario_prices, with_prices
 
     rates = scn.cost.rates(scenario_hardware(scn))
@@ -58,7 +66,12 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest
-    SLO-meeting rate, with cost and power ratios. POLCA: the oversubscription sweep of a row."""
+    SLO-meeting rate, with cost and power ratios. POLCA: the oversubscription sweep of a row.
+    ``scn`` is a ``Scenario`` or the path of a scenario file."""
+    if isinstance(scn, (str, Path)):
+        scn = load_scenario(scn)
+    elif not isinstance(scn, Scenario):
+        raise InputError(f"run_scenario takes a Scenario or a scenario file path, got {type(scn).__name__}")
     m = get_model(scn.model)
     if scn.design.type == "splitwise":          # each design loads only when used (CLI start-up)
         from planner.designs.splitwise import plan_splitwise
@@ -122,6 +135,10 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
             notes.append(f"the simulator needed {sim.instances} instances where the analytic model chose "
                          f"{analytic_k}; the deployment below is scaled to {sim.instances}")
             best = _rescaled(best, sim.instances)
+            # the alternatives were sized by the same analytic model: apply the same correction, so
+            # none looks cheaper than the pick only because it was not simulated
+            alternatives = [_rescaled(d, -(-d.instances * sim.instances // analytic_k)) for d in alternatives]
+            notes.append("alternatives scaled by the same simulator correction (not simulated themselves)")
         if not sim.meets_slo:
             notes.append("the simulator still sees SLO violations: " + "; ".join(sim.violations))
     return PlanResult(scenario=scn.name, design=scn.design.type, model=m.name, rate=scn.workload.request_rate,

@@ -123,6 +123,13 @@ class Scenario(Frozen):
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        from planner.scenario_checks import check_scenario
+
+        check_scenario(self)
+        return self
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str, info: ValidationInfo) -> str:
@@ -159,12 +166,21 @@ class Scenario(Frozen):
         return v
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file; errors say ``file:line field: problem``."""
-    path = Path(path)
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read and validate a scenario file; errors say ``file:line field: problem``. ``overrides``:
+    ``key.path=value`` strings applied first (``--set``; their errors say ``--set``)."""
+    from planner.checks import as_path
+
+    path = as_path(path, "a scenario")
     data, lines = load_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}:1: a scenario is a YAML mapping")
+    if overrides:
+        from planner.overrides import apply_sets
+
+        data, paths = apply_sets(data, overrides)
+        lines = {k: v for k, v in lines.items() if not any(k[:len(p)] == p for p in paths)}
+        lines.update({p: 0 for p in paths})             # line 0: "given by --set"
     try:
         return Scenario.model_validate(data, context={"base": str(path.parent)})
     except ValidationError as e:

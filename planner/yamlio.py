@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from planner.checks import split_located
 from planner.errors import InputError
 
 try:  # the C loader is ~10x faster; fall back when libyaml is absent
@@ -19,41 +20,151 @@ except AttributeError:  # pragma: no cover
 Lines = dict[tuple[str, ...], int]
 
 
-def load_yaml(path: Path) -> tuple[Any, Lines]:
-    """Parse ``path``; return the data and a map from key path to 1-based line number."""
+# Limits far above any real scenario or profile (the bundled ones nest <= 6 deep, hold < 2,000
+# nodes): a document past them is an accident or an attack (an alias "billion laughs" bomb).
+MAX_BYTES = 20_000_000
+MAX_DEPTH = 64
+MAX_NODES = 200_000           # after expanding aliases
+
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def read_text(path: Path | str, what: str = "file") -> str:
+    """The UTF-8 text of ``path``; unreadable, binary or non-UTF-8 files are an ``InputError``
+    naming the file (and the line of the first bad byte)."""
+    path = Path(path)
     try:
-        text = path.read_text()
+        if path.stat().st_size > MAX_BYTES:
+            raise InputError(f"{path}: {what} is larger than {MAX_BYTES // 1_000_000} MB")
+        raw = path.read_bytes()
     except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise InputError(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    for bom, name in _BOMS:
+        if raw.startswith(bom):
+            raise InputError(f"{path}:1: {what} is {name} text; save it as UTF-8")
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        line = raw.count(b"\n", 0, nul) + 1
+        raise InputError(f"{path}:{line}: {what} is binary (NUL byte), expected UTF-8 text")
     try:
-        node = yaml.compose(text, Loader=_Loader)
-        data = yaml.load(text, Loader=_Loader)
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}:{line}: {what} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                         f"{e.start}); save it as UTF-8") from None
+
+
+def load_yaml(path: Path) -> tuple[Any, Lines]:
+    """Parse ``path`` safely; return the data and a map from key path to 1-based line number.
+
+    Rejected with ``file:line``: non-UTF-8 text, nesting deeper than ``MAX_DEPTH``, aliases that
+    expand past ``MAX_NODES`` nodes, duplicate keys in a mapping (YAML would silently keep the
+    last), and ``.inf`` / ``.nan`` values (no planner quantity is infinite or undefined)."""
+    text = read_text(path, "YAML file")
+    loader = _Loader(text)
+    try:
+        _check_events(path, text)
+        node = loader.get_single_node()
+        if node is not None:
+            _check_nodes(path, node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e)
         raise InputError(f"{where}: YAML syntax error: {problem}") from None
+    except InputError:
+        raise
+    except (ValueError, OverflowError, TypeError) as e:     # e.g. a timestamp like 2024-13-45
+        raise InputError(f"{path}: YAML value error: {e}") from None
+    finally:
+        loader.dispose()
     lines: Lines = {}
     if node is not None:
-        _walk(node, (), lines)
+        _walk(node, (), lines, path)
     return data, lines
 
 
-def _walk(node: yaml.Node, prefix: tuple[str, ...], lines: Lines) -> None:
+def _check_events(path: Path, text: str) -> None:
+    """Nesting depth from the event stream (flat: the composer would recurse and can crash)."""
+    depth = 0
+    for ev in yaml.parse(text, Loader=_Loader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InputError(f"{path}:{ev.start_mark.line + 1}: nesting deeper than {MAX_DEPTH} levels "
+                                 "(no scenario or profile needs that)")
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _check_nodes(path: Path, root: yaml.Node) -> None:
+    """Alias expansion size (memoized per node, so a bomb costs its size, not its expansion) and
+    duplicate keys."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1                 # a recursive alias counts once
+        if isinstance(node, yaml.MappingNode):
+            _no_duplicates(path, node)
+            n = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(size(v) for v in node.value)
+        else:
+            n = 1
+        sizes[id(node)] = n
+        return n
+
+    total = size(root)
+    if total > MAX_NODES:
+        raise InputError(f"{path}:1: the document expands to {total:,} nodes (more than {MAX_NODES:,}); "
+                         "an alias (*name) repeats a large anchor")
+
+
+def _no_duplicates(path: Path, node: yaml.MappingNode) -> None:
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.value == "<<":
+            continue
+        line = key.start_mark.line + 1
+        if key.value in seen:
+            raise InputError(f"{path}:{line} {key.value}: duplicate key {key.value!r} (also on line "
+                             f"{seen[key.value]}); YAML would silently keep only the last")
+        seen[key.value] = line
+
+
+_NON_FINITE = {".inf", "+.inf", "-.inf", ".nan"}
+
+
+def _finite(path: Path, node: yaml.ScalarNode, field: tuple[str, ...]) -> None:
+    if node.tag == "tag:yaml.org,2002:float" and node.value.lower() in _NON_FINITE:
+        raise InputError(f"{path}:{node.start_mark.line + 1} {'.'.join(field) or '(top level)'}: {node.value} is "
+                         "not a finite number (no planner quantity is infinite or undefined)")
+
+
+def _walk(node: yaml.Node, prefix: tuple[str, ...], lines: Lines, file: Path) -> None:
     lines.setdefault(prefix, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             path = (*prefix, str(key.value))
             lines[path] = key.start_mark.line + 1
-            _walk(value, path, lines)
+            _walk(value, path, lines, file)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _walk(item, (*prefix, str(i)), lines)
+            _walk(item, (*prefix, str(i)), lines, file)
+    else:
+        _finite(file, node, prefix)
 
 
 def validation_error(path: Path | str, err: ValidationError, lines: Lines, model: type[BaseModel]) -> InputError:
     """One-line ``InputError`` for the first problem pydantic found, located in the file."""
     e = err.errors()[0]
+    below, text = split_located(e["msg"].removeprefix("Value error, "))
+    if below:
+        e = {**e, "msg": text, "loc": (*e["loc"], *below)}
     loc = _file_path(tuple(str(p) for p in e["loc"]), lines)
     line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
     field = ".".join(loc) or "(top level)"
@@ -65,7 +176,7 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
         msg = "required field is missing"
     elif "input" in e and not isinstance(e["input"], (dict, list)):
         msg = f"{msg}, got {e['input']!r}"
-    where = f"{path}:{line}" if line else str(path)
+    where = f"{path}:{line}" if line else (f"{path} --set" if line == 0 else str(path))
     return InputError(f"{where} {field}: {msg}")
 
 

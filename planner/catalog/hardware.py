@@ -11,6 +11,7 @@ in SI. A profile may name a ``base`` profile and override only some figures (Clo
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -28,6 +29,7 @@ class Figure(Frozen):
     """One sourced number. ``value`` is SI; subclasses fix the dimension parsed from text."""
 
     dimension: ClassVar[str] = "1"
+    allow_zero: ClassVar[bool] = False  # every figure is finite and > 0 (>= 0 where a subclass allows it)
     value: float
     source: str = Field(min_length=1)
     note: str | None = None
@@ -36,6 +38,13 @@ class Figure(Frozen):
     @classmethod
     def _parse(cls, v: object) -> float:
         return parse_quantity(v, cls.dimension)  # type: ignore[arg-type]
+
+    @field_validator("value")
+    @classmethod
+    def _finite_positive(cls, v: float) -> float:
+        if not math.isfinite(v) or v < 0 or (v == 0 and not cls.allow_zero):
+            raise ValueError(f"must be a finite number {'>=' if cls.allow_zero else '>'} 0, got {v}")
+        return v
 
 
 class FlopRate(Figure):
@@ -52,6 +61,7 @@ class Bandwidth(Figure):
 
 class Seconds(Figure):
     dimension: ClassVar[str] = "s"
+    allow_zero: ClassVar[bool] = True   # a latency may be negligible
 
 
 class Watts(Figure):
@@ -121,6 +131,12 @@ class Power(Frozen):
     memory_clock_headroom: Figure = Figure(
         value=1.35, source="capping_memory_bound",
         note="decode unaffected down to f = 0.76 (50% power cap on H100), so >= 1.32")
+
+    @model_validator(mode="after")
+    def _idle_below_tdp(self) -> Power:
+        if self.idle.value >= self.tdp.value:
+            raise ValueError(f"idle power ({self.idle.value:g} W) must be below the TDP ({self.tdp.value:g} W)")
+        return self
 
 
 class Price(Frozen):
@@ -313,13 +329,16 @@ def _shared_sources(directory: Path) -> dict[str, str]:
 
 
 def _build(name: str, raw: dict[str, tuple[Path, dict, Lines]], shared: dict[str, str],
-           cache: dict[str, HardwareProfile]) -> HardwareProfile:
+           cache: dict[str, HardwareProfile], chain: tuple[str, ...] = ()) -> HardwareProfile:
     """Validate profile ``name`` of ``raw`` (resolving its ``base``) and store it in ``cache``."""
     path, data, lines = raw[name]
     if data.get("base"):
+        if data["base"] in (*chain, name):
+            loop = " -> ".join((*chain, name, data["base"]))
+            raise InputError(f"{path}:{lines.get(('base',), 1)} base: profiles form a loop ({loop})")
         if data["base"] not in raw and data["base"] not in _CACHE:
             raise unknown_name("base hardware", data["base"], sorted({*raw, *_CACHE}))
-        base = _CACHE.get(data["base"]) or _build(data["base"], raw, shared, cache)
+        base = _CACHE.get(data["base"]) or _build(data["base"], raw, shared, cache, (*chain, name))
         data = _merge(base.model_dump(mode="json", exclude={"name", "description", "base"}), data)
     data = {**data, "sources": {**shared, **data.get("sources", {})}}
     try:

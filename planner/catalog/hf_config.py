@@ -203,15 +203,27 @@ def _native_dtype(data: dict[str, Any]) -> str:
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, "bf16")
 
 
+class _NonFinite(Exception):
+    pass
+
+
+def _no_constant(name: str) -> float:
+    raise _NonFinite(name)
+
+
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a local HuggingFace ``config.json`` (never downloaded)."""
-    path = Path(path)
+    from planner.checks import as_path
+
+    path = as_path(path, "a config.json")
     if path.is_dir():
         path = path / "config.json"
+    from planner.yamlio import read_text
+
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+        data = json.loads(read_text(path, "config.json"), parse_constant=_no_constant)
+    except _NonFinite as e:
+        raise InputError(f"{path}: {e} is not a finite number (config.json values are finite)") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
     default = path.parent.name if path.name == "config.json" else path.stem

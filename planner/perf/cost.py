@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from planner.catalog.hardware import HardwareProfile, hardware
 from planner.catalog.prices import Purchase, price_table
+from planner.checks import PositiveFinite
 from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.units import HOUR_S
@@ -60,9 +61,11 @@ class CostModel(Frozen):
     mode: CostMode = CostMode.rent
     purchase: Purchase | None = Field(None, description="purchase model priced from hardware_profiles/prices.yaml")
     provider: str | None = Field(None, description="provider in the price table; none: the cheapest listed offer")
-    prices: dict[str, float] = Field({}, description="rental $/accelerator-hour per hardware (wins over the table)")
-    usd_per_h: dict[str, float] = Field({}, description="older name of 'prices'")
-    purchase_usd: dict[str, float] = Field({}, description="purchase $ per accelerator (incl. its server share)")
+    prices: dict[str, PositiveFinite] = Field({}, description="rental $/accelerator-hour per hardware (wins over "
+                                              "the table)")
+    usd_per_h: dict[str, PositiveFinite] = Field({}, description="older name of 'prices'")
+    purchase_usd: dict[str, PositiveFinite] = Field({}, description="purchase $ per accelerator (incl. its server "
+                                                    "share)")
     lifetime_years: float = Field(4.0, gt=0)
     usd_per_kwh: float = Field(0.08, ge=0)
     pue: float = Field(1.3, ge=1.0, description="datacenter power usage effectiveness")

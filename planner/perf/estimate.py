@@ -29,6 +29,7 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
+from planner.checks import check_context
 from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
@@ -203,6 +204,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     m, hw = get_model(model), with_framework(get_hardware(hardware), framework)
     tp, pp, ep, batch = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
+    check_context(m, input_len + output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay)

@@ -10,6 +10,7 @@ for its MTP module, CloudMatrix-Infer ~0.7 on DeepSeek-R1), a step yields on ave
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 from planner.errors import InputError
 
@@ -22,7 +23,9 @@ class Speculation:
     acceptance: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.draft_tokens < 0 or not 0.0 <= self.acceptance < 1.0:
+        k, p = self.draft_tokens, self.acceptance
+        if (isinstance(k, bool) or not isinstance(k, Integral) or isinstance(p, bool) or not isinstance(p, Real)
+                or k < 0 or not 0.0 <= p < 1.0):
             raise InputError(f"MTP needs draft_tokens >= 0 and acceptance in [0, 1), got "
                              f"{self.draft_tokens} and {self.acceptance}")
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
+from planner.checks import located
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import step_time as measured_step_time
@@ -45,6 +46,13 @@ class Engine(Frozen):
                             "speculative decoding; the draft module is one layer like the model's last + LM head)")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="probability that a draft token is accepted, "
                                   "given its predecessor was")
+
+    @model_validator(mode="after")
+    def _acceptance_needs_drafts(self) -> Engine:
+        if self.mtp_acceptance and not self.mtp_tokens:
+            raise located("mtp_acceptance", "mtp_acceptance without mtp_tokens would be ignored; give mtp_tokens "
+                          "(draft tokens per decode step)")
+        return self
 
     @property
     def speculation(self) -> Speculation:

@@ -13,18 +13,20 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
+from planner.checks import check_context
 from planner.errors import InfeasibleError, InputError
+from planner.frozen import Frozen
 from planner.perf.estimate import phase_bounds, resolve_dtypes
 from planner.perf.ops import Step
 from planner.perf.parallel import Layout, check_layout
 from planner.perf.roofline import step_time
 from planner.serving.batching import Engine
-from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
+from planner.serving.queueing import PREFILL_CAPACITY, Curve, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
 
 
-class ServingEstimate(Banded):
-    """One instance in steady state (``planner.throughput``)."""
+class InstanceRequests(Frozen):
+    """Which instance serves which requests (the first fields of every one-instance answer)."""
 
     model: str
     hardware: str
@@ -34,6 +36,11 @@ class ServingEstimate(Banded):
     ep: int
     input_len: int
     output_len: int
+
+
+class ServingEstimate(InstanceRequests, Banded):
+    """One instance in steady state (``planner.throughput``)."""
+
     output_tokens_per_s: float
     total_tokens_per_s: float
     requests_per_s: float
@@ -47,26 +54,38 @@ class ServingEstimate(Banded):
     limit: str                  # what caps throughput at this concurrency
 
 
+def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: int, pp: int, ep: int,
+                   input_len: int, output_len: int, weight_dtype: str | DType, kv_dtype: str | DType | None,
+                   engine: Engine | None, framework: str | None = None
+                   ) -> tuple[ModelSpec, HardwareProfile, Layout, Curve]:
+    """The checked arguments and the steady-state load curve of one instance serving requests of
+    fixed lengths (shared by the closed-loop answer here and ``load_point``'s open-loop ones), the
+    profile as the serving framework sees it (``framework`` or ``engine.framework``)."""
+    m = get_model(model)
+    hw = with_framework(get_hardware(hardware), framework or (engine.framework if engine else None))
+    for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise InputError(f"{name} must be a positive integer, got {v!r}")
+    check_context(m, input_len + output_len)
+    dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
+    lay = Layout.of(tp, ep, pp)
+    check_layout(m, lay)
+    w = Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
+    return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
+
+
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
                input_len: int, output_len: int, weight_dtype: str | DType = "bf16",
                kv_dtype: str | DType | None = None, concurrency: int | None = None,
                engine: Engine | None = None, framework: str | None = None) -> ServingEstimate:
     """Continuous-batching steady state of one instance (see module docstring); ``framework``
     (or ``engine.framework``) names the serving engine (default ``frameworks.DEFAULT_FRAMEWORK``)."""
-    m = get_model(model)
-    hw = with_framework(get_hardware(hardware), framework or (engine.framework if engine else None))
-    for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise InputError(f"{name} must be a positive integer, got {v!r}")
-    if concurrency is not None and (not isinstance(concurrency, (int, np.integer)) or concurrency < 1):
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer))
+                                    or concurrency < 1):
         raise InputError(f"concurrency must be a positive integer or None, got {concurrency!r}")
+    m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
+                                   engine, framework)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
-    lay = Layout.of(tp, ep, pp)
-    check_layout(m, lay)
-    engine = engine or Engine()
-    w = Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
-    stats = length_stats(w)
-    c = serving_curve(m, hw, lay, dtypes, engine, stats)
     if not np.isfinite(c.n[0, 0]):
         raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} has no memory left for the KV "
                               f"cache of one {input_len + output_len}-token sequence; try more devices or fp8 weights")

@@ -19,9 +19,9 @@ _Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 class Target(Frozen):
     """Upper bounds (seconds) on percentiles of one latency metric."""
 
-    p50: float | None = Field(None, gt=0)
-    p90: float | None = Field(None, gt=0)
-    p99: float | None = Field(None, gt=0)
+    p50: float | None = Field(None, gt=0, allow_inf_nan=False)
+    p90: float | None = Field(None, gt=0, allow_inf_nan=False)
+    p99: float | None = Field(None, gt=0, allow_inf_nan=False)
 
     def items(self) -> list[tuple[str, float]]:
         return [(p, getattr(self, p)) for p in PERCENTILES if getattr(self, p) is not None]

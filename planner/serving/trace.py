@@ -69,10 +69,9 @@ def load_trace(name_or_path: str) -> Trace:
         if name_or_path not in bundled_traces():
             raise unknown_name("trace", name_or_path, bundled_traces())
         path = TRACES_DIR / f"{name_or_path}.csv"
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read trace: {e.strerror or e}") from None
+    from planner.yamlio import read_text
+
+    lines = read_text(path, "trace").splitlines()
     rows = list(csv.reader(lines))
     if len(rows) < 2:
         raise InputError(f"{path}: trace needs a header and at least one row")
@@ -87,9 +86,11 @@ def load_trace(name_or_path: str) -> Trace:
             t.append(_seconds(row[ti]))
             inp.append(int(float(row[ii])))
             out.append(int(float(row[oi])))
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, OverflowError):
             raise InputError(f"{path}:{lineno}: expected a timestamp and two token counts, got {','.join(row)!r}") \
                 from None
+        if not np.isfinite(t[-1]):
+            raise InputError(f"{path}:{lineno}: timestamp {row[ti]!r} is not a finite number")
         if inp[-1] < 0 or out[-1] < 0:
             raise InputError(f"{path}:{lineno}: token counts must be >= 0, got {','.join(row)!r}")
     order = np.argsort(np.asarray(t), kind="stable")

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from planner.checks import located
 from planner.frozen import Frozen
 from planner.serving.demand import Demand
 from planner.serving.trace import Trace, load_trace
@@ -104,6 +105,13 @@ class Arrival(Frozen):
     process: Literal["poisson", "gamma", "trace"] = "poisson"
     cv: float = Field(1.0, gt=0, description="coefficient of variation of inter-arrival gaps (gamma)")
 
+    @model_validator(mode="after")
+    def _cv_needs_gamma(self) -> Arrival:
+        if "cv" in self.model_fields_set and self.process != "gamma":
+            raise located("cv", f"cv only shapes gamma arrivals; with process {self.process!r} it would be "
+                          "ignored (use process: gamma, or drop cv)")
+        return self
+
     @property
     def scv(self) -> float:
         """Squared coefficient of variation of the gaps (1 for Poisson)."""
@@ -118,7 +126,8 @@ class Workload(Frozen):
     prompt tokens found in the prefix cache: they cost no prefill compute but still occupy KV.
     """
 
-    rate: float | None = Field(None, gt=0, description="requests per second (default: the trace's mean rate)")
+    rate: float | None = Field(None, gt=0, allow_inf_nan=False,
+                               description="requests per second (default: the trace's mean rate)")
     arrival: Arrival = Arrival()
     trace: str | None = None
     input: Length | None = None
@@ -134,6 +143,10 @@ class Workload(Frozen):
             raise ValueError("give a rate (requests per second)")
         if self.arrival.process == "trace" and self.trace is None:
             raise ValueError("arrival.process 'trace' needs a trace")
+        if (self.trace is not None and self.input is not None and self.output is not None
+                and self.rate is not None and self.arrival.process != "trace"):
+            raise located("trace", "the trace is unused: input and output lengths and the rate are given and "
+                          "arrivals are not replayed (drop trace, or one of input/output to take it from the trace)")
         return self
 
     # -- derived -------------------------------------------------------------------------------

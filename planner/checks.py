@@ -1,0 +1,59 @@
+"""Reusable value checks for the input models: finite-and-positive number types, errors located
+at a field below the validator that raises them, and the model's context window.
+
+A validator on a parent model (e.g. the whole scenario) can blame a nested field with
+``located("cost.usd_per_h.h100", "...")``: ``yamlio.validation_error`` moves the error to that
+field's ``file:line``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from planner.errors import InputError
+
+LOCATED = "@"      # prefix of a located message: "@a.b.c: problem"
+
+
+def located(field: str, message: str) -> ValueError:
+    """A ``ValueError`` for a validator that blames ``field`` (dotted, relative to the model)."""
+    return ValueError(f"{LOCATED}{field}: {message}")
+
+
+def split_located(message: str) -> tuple[tuple[str, ...], str]:
+    """``"@a.b: text"`` -> ``(("a", "b"), "text")``; any other message -> ``((), message)``."""
+    if message.startswith(LOCATED) and ": " in message:
+        field, text = message[len(LOCATED):].split(": ", 1)
+        return tuple(field.split(".")), text
+    return (), message
+
+
+def as_path(value: object, what: str) -> Path:
+    """``value`` as a ``Path``; anything that is not a str or path-like is an ``InputError``."""
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"{what} must be a file path, got {type(value).__name__} {value!r:.60}")
+    return Path(value)
+
+
+def _finite(v: float) -> float:
+    if not math.isfinite(v):
+        raise ValueError(f"must be a finite number, got {v}")
+    return v
+
+
+PositiveFinite = Annotated[float, Field(gt=0), AfterValidator(_finite)]
+NonNegativeFinite = Annotated[float, Field(ge=0), AfterValidator(_finite)]
+
+
+def check_context(model, tokens: float, what: str = "input + output") -> None:
+    """Prompt + output must fit the model's context window (``max_position_embeddings``): an engine
+    rejects longer requests (vLLM: ``max_model_len``), so planning them is planning nonsense."""
+    window = getattr(model, "max_context", None)
+    if window and tokens > window:
+        raise InputError(f"{what} = {int(tokens):,} tokens exceeds {model.name}'s context window of "
+                         f"{window} tokens")

@@ -1,0 +1,231 @@
+"""Deployable output of a colocated plan (``planner plan ... --emit ENGINE DIR``): the engine launch
+command with the layout and engine limits the planner assumed, or a Kubernetes Deployment, each
+file headed by the predictions it rests on (so a reader can check the running system against them).
+
+Flag names are the engines' documented ones (checked by ``tests/test_emit.py`` against these pages):
+
+* vLLM ``vllm serve`` engine arguments: https://docs.vllm.ai/en/latest/models/engine_args.html
+  (``--enable-expert-parallel`` makes EP span all TP x DP ranks of a stage).
+* SGLang ``python -m sglang.launch_server``: https://docs.sglang.io/advanced_features/server_arguments.html
+* TensorRT-LLM ``trtllm-serve``: https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html
+
+What maps how (one engine process per instance; an instance is ``pp`` stages of ``max(tp, ep)``
+devices, attention ``tp`` x data-parallel ``max(tp, ep) / tp``):
+
+* parallelism: tp, pp, and ep (vLLM: ``--enable-expert-parallel`` with ``--data-parallel-size``);
+* ``max_num_seqs`` (per attention replica) -> ``--max-num-seqs`` / ``--max-running-requests`` /
+  ``--max_batch_size``; the iteration token budget -> ``--max-num-batched-tokens`` /
+  ``--chunked-prefill-size`` / ``--max_num_tokens``;
+* the memory the planner gave the engine (the framework's ``memory_policy`` of HBM) ->
+  ``--gpu-memory-utilization`` / ``--mem-fraction-static``; TensorRT-LLM takes the KV pool as a
+  fraction of the memory left after weights and workspace, derived here from the same pool;
+* FP8 weights -> ``--quantization fp8`` (on-line FP8 of a 16-bit checkpoint); FP8 KV ->
+  ``--kv-cache-dtype fp8`` (vLLM) / ``fp8_e4m3`` (SGLang). Other formats need a pre-quantized
+  checkpoint, which the header says.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+
+ENGINES = ("vllm", "sglang", "trtllm", "k8s")
+# device-plugin resource names per vendor (NVIDIA, AMD and Ascend Kubernetes device plugins)
+GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "huawei": "huawei.com/Ascend910"}
+NODE_DEVICES = 8          # devices of a typical 8-GPU/NPU server: larger instances span nodes
+
+
+def check_emit(engine: str, directory: str | Path) -> Path:
+    """Before the run: a known engine and a folder that exists (or whose parent does) and is writable."""
+    import os
+
+    if engine not in ENGINES:
+        from planner.errors import unknown_name
+
+        raise unknown_name("--emit engine", engine, list(ENGINES))
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise InputError(f"--emit {engine} {d}: is a file, expected a folder")
+    parent = d if d.exists() else d.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise InputError(f"--emit {engine} {d}: folder {parent} does not exist or is not writable")
+    return d
+
+
+def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path]:
+    """Write the ``engine`` files of ``result``'s chosen deployment into ``directory``."""
+    if result.design != "colocated":
+        raise InputError(f"--emit writes the chosen colocated deployment; the {result.design} design is not "
+                         "emitted yet")
+    from planner.outputs import atomic_path
+
+    plan = _engine_plan(result, scn)
+    files = {"vllm": lambda: {"vllm.sh": _script("vllm", plan)},
+             "sglang": lambda: {"sglang.sh": _script("sglang", plan)},
+             "trtllm": lambda: {"trtllm.sh": _script("trtllm", plan)},
+             "k8s": lambda: {f"{plan['name']}.yaml": _k8s(plan)}}[engine]()
+    d = Path(directory)
+    d.mkdir(exist_ok=True)
+    written = []
+    for name, text in files.items():
+        with atomic_path(d / name) as tmp:
+            tmp.write_text(text)
+            if name.endswith(".sh"):
+                tmp.chmod(0o755)
+        written.append(d / name)
+    return written
+
+
+def _engine_plan(result: Any, scn: Any) -> dict:
+    """Everything the launch files need, from the plan and the planner's own memory model."""
+    from planner.catalog.frameworks import with_framework
+    from planner.catalog.hardware import hardware
+    from planner.catalog.model_catalog import model
+    from planner.perf.estimate import resolve_dtypes
+    from planner.perf.memory import free_kv_bytes_device
+    from planner.perf.parallel import Layout
+
+    b = result.best
+    m = model(scn.model)
+    hw = with_framework(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
+                        scn.engine.framework)
+    lay = Layout.of(b.tp, b.ep, b.pp)
+    kv = float(free_kv_bytes_device(m, hw, lay, resolve_dtypes(m, b.weight_dtype, b.kv_dtype)))
+    cap, f = hw.memory.capacity.value, hw.memory_policy.fraction.value
+    if hw.memory_policy.kind == "total_fraction":           # capacity - weights - workspace
+        after_weights, mem_util = kv + (1 - f) * cap, f
+    else:
+        after_weights = kv / f
+        mem_util = round(1 - (after_weights - kv) / cap, 3)
+    stage = max(b.tp, b.ep)
+    return dict(
+        name=f"{scn.name}-{b.hardware}-tp{b.tp}".lower().replace("_", "-").replace(".", "-")[:63].strip("-"),
+        model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=stage // b.tp, devices=stage * b.pp,
+        mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3),
+        max_num_seqs=b.max_num_seqs, max_tokens=scn.engine.max_batched_tokens,
+        chunked=scn.engine.chunked_prefill)
+
+
+def vllm_args(p: dict) -> list[str]:
+    b = p["b"]
+    args = ["--tensor-parallel-size", str(b.tp), "--pipeline-parallel-size", str(b.pp)]
+    if b.ep > 1:
+        if b.ep != p["stage"]:
+            raise InputError(f"vLLM's expert parallelism spans all {p['stage']} TP x DP ranks of a stage, the plan "
+                             f"uses ep={b.ep}; emit sglang or trtllm (explicit EP size) instead")
+        args += ["--data-parallel-size", str(p["dp"]), "--enable-expert-parallel"]
+    args += ["--max-num-seqs", str(p["max_num_seqs"]), "--max-num-batched-tokens", str(p["max_tokens"]),
+             "--gpu-memory-utilization", f"{p['mem_util']:g}",
+             "--kv-cache-dtype", "fp8" if b.kv_dtype == "fp8" else "auto"]
+    return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])
+
+
+def sglang_args(p: dict) -> list[str]:
+    b = p["b"]
+    if b.pp > 1:
+        raise InputError("the SGLang launch file is emitted for pp = 1 only; emit vllm or trtllm for pipeline stages")
+    args = ["--tp-size", str(b.tp)]
+    if p["dp"] > 1:
+        args += ["--dp-size", str(p["dp"]), "--enable-dp-attention"]
+    if b.ep > 1:
+        args += ["--ep-size", str(b.ep)]
+    args += ["--mem-fraction-static", f"{p['mem_util']:g}", "--max-running-requests", str(p["max_num_seqs"])]
+    if p["chunked"]:
+        args += ["--chunked-prefill-size", str(p["max_tokens"])]
+    if b.kv_dtype == "fp8":
+        args += ["--kv-cache-dtype", "fp8_e4m3"]
+    return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])
+
+
+def trtllm_args(p: dict) -> list[str]:
+    b = p["b"]
+    return ["--tp_size", str(p["stage"]), "--pp_size", str(b.pp), "--ep_size", str(b.ep),
+            "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(p["max_tokens"]),
+            "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}"]
+
+
+_LAUNCH = {"vllm": (["vllm", "serve", "$MODEL"], vllm_args),
+           "sglang": (["python3", "-m", "sglang.launch_server", "--model-path", "$MODEL"], sglang_args),
+           "trtllm": (["trtllm-serve", "$MODEL"], trtllm_args)}
+
+
+def _header(p: dict, comment: str = "#") -> str:
+    """The predictions the file rests on, one per line."""
+    b, r, scn = p["b"], p["result"], p["scn"]
+    lat = lambda d: " / ".join(f"{d[k] * 1e3:.0f} ms" for k in ("p50", "p90", "p99"))  # noqa: E731
+    lines = [
+        f"planner plan {scn.name}: {b.instances} x ({b.hardware} tp={b.tp} ep={b.ep} pp={b.pp}, {b.weight_dtype} "
+        f"weights, {b.kv_dtype} KV) = {b.accelerators} accelerators for {r.rate:g} req/s of {p['model']}",
+        f"each instance: {b.rate_per_instance:.3g} req/s of {b.max_rate_per_instance:.3g} max under the SLOs, mean "
+        f"decode batch {b.decode_batch:.0f} (max_num_seqs {b.max_num_seqs} per attention replica)",
+        f"predicted TTFT p50/p90/p99: {lat(b.ttft_s)}; TPOT: {lat(b.tpot_s)}; binding: {b.binding}",
+        f"predicted cost ${b.usd_per_h:,.2f}/h, avg power {b.avg_power_w / 1e3:.1f} kW "
+        f"(peak {b.peak_power_w / 1e3:.1f} kW)",
+        f"memory: the engine may use {p['mem_util']:.0%} of each device's HBM (the planner's assumption)",
+    ]
+    if r.simulation is not None:
+        s = r.simulation
+        lines.append(f"simulator check: {s.instances} instances, TTFT p90 {s.ttft_s['p90'] * 1e3:.0f} ms, TPOT p90 "
+                     f"{s.tpot_s['p90'] * 1e3:.0f} ms, meets SLOs: {'yes' if s.meets_slo else 'no'}")
+    if b.weight_dtype not in ("bf16", "fp16", "fp8"):
+        lines.append(f"{b.weight_dtype} weights: serve a checkpoint quantized to {b.weight_dtype} (no flag emitted)")
+    if p["devices"] > NODE_DEVICES:
+        lines.append(f"one instance spans {p['devices']} devices: more than one {NODE_DEVICES}-device server")
+    return "\n".join(f"{comment} {x}" for x in lines) + "\n"
+
+
+def _script(engine: str, p: dict) -> str:
+    base, args_of = _LAUNCH[engine]
+    b = p["b"]
+    lines = [" ".join('"$MODEL"' if a == "$MODEL" else a for a in base), *_flag_lines(args_of(p))]
+    return (f"#!/usr/bin/env bash\n{_header(p)}"
+            f"# run {b.instances} of these (one per instance, each on its own {p['devices']} devices) behind a "
+            "load balancer\n"
+            f"MODEL=${{MODEL:-{p['model']}}}   # set to the checkpoint's Hugging Face id or local path\n"
+            "exec " + " \\\n  ".join(lines) + "\n")
+
+
+def _flag_lines(args: list[str]) -> list[str]:
+    """One line per flag, with its value when it has one."""
+    out: list[str] = []
+    for a in args:
+        if a.startswith("--") or not out:
+            out.append(a)
+        else:
+            out[-1] += " " + shlex.quote(a)
+    return out
+
+
+def _k8s(p: dict) -> str:
+    """One Deployment: ``replicas`` instances, each a pod with the instance's devices running vLLM."""
+    import yaml
+
+    b, hw = p["b"], p["hw"]
+    if hw.vendor not in GPU_RESOURCE:
+        raise InputError(f"no Kubernetes device-plugin resource known for vendor {hw.vendor!r}")
+    args = ["serve", p["model"], *vllm_args(p)]
+    doc = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": p["name"], "labels": {"app": p["name"]}},
+        "spec": {
+            "replicas": b.instances,
+            "selector": {"matchLabels": {"app": p["name"]}},
+            "template": {
+                "metadata": {"labels": {"app": p["name"]}},
+                "spec": {
+                    "containers": [{
+                        "name": "engine", "image": "vllm/vllm-openai:latest", "command": ["vllm"], "args": args,
+                        "ports": [{"containerPort": 8000}],
+                        "resources": {"limits": {GPU_RESOURCE[hw.vendor]: p["devices"]}},
+                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                    }],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                },
+            },
+        },
+    }
+    return (_header(p) + f"# set args[1] to the checkpoint's Hugging Face id ({p['model']} is the catalog name)\n"
+            + yaml.safe_dump(doc, sort_keys=False))

@@ -1,0 +1,60 @@
+"""Output files that never clobber: paths checked before a run, writes that land whole or not at all.
+
+``check_output`` runs before the (possibly long) planning, so a typo in ``--csv``/``--plot`` costs
+nothing; ``atomic_path`` gives a writer a temporary name in the target's folder and renames it
+over the target only when the writer finished (``os.replace`` is atomic on POSIX and Windows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from planner.errors import InputError
+
+# the formats matplotlib's Agg, PDF, PS and SVG backends write
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
+
+
+def check_output(path: str | Path, option: str, inputs: Iterable[str | Path] = (),
+                 suffixes: tuple[str, ...] | None = None) -> Path:
+    """``path`` if it can be written: its folder exists and is writable, it is not a folder, not
+    one of ``inputs``, and (for ``suffixes``) has a known suffix. Else an ``InputError``."""
+    p = Path(path)
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise InputError(f"{option} {path}: unknown file type {p.suffix or '(no suffix)'!r}; "
+                         f"use one of {', '.join(suffixes)}")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{option} {path}: folder {folder} does not exist")
+    if p.is_dir():
+        raise InputError(f"{option} {path}: is a folder, expected a file name")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"{option} {path}: not writable")
+    for src in inputs:
+        try:
+            same = Path(src).exists() and p.exists() and p.resolve() == Path(src).resolve()
+        except OSError:
+            same = False
+        if same:
+            raise InputError(f"{option} {path}: is one of the input files; writing it would destroy the input")
+    return p
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix, so writers infer the format); renamed to
+    ``path`` when the block succeeds, deleted when it raises."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=p.suffix, dir=p.parent if str(p.parent) else ".")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

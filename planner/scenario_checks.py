@@ -1,0 +1,121 @@
+"""Checks across a scenario's sections, each blaming the field at fault (``checks.located``):
+names used as mapping keys (prices per hardware, fleet availability) must name hardware the
+scenario can use, and the request lengths must fit the model's context window."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from planner.checks import located
+from planner.errors import PlannerError
+
+
+def check_scenario(scn: Any) -> None:
+    """Raise a located ``ValueError`` for the first cross-section problem of ``scn``."""
+    _check_design_names(scn)
+    _check_price_keys(scn)
+    _check_fleet_available(scn)
+    _check_context(scn)
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
+    prefixed = [k for k in known if k.startswith(name.lower())]
+    pick = (prefixed or close)[:1]
+    return (f"; did you mean {pick[0]!r}?" if pick else "") + f" (known: {', '.join(sorted(known))})"
+
+
+def _design_strings(scn: Any) -> list[tuple[str, str, str]]:
+    """(dotted path, key, value) of every string in the design section whose key names a catalog
+    entry: ``hardware``, ``framework``, ``counterfactual_model`` and Splitwise search ``pairs``."""
+    out: list[tuple[str, str, str]] = []
+    stack: list[tuple[str, Any]] = [("design", scn.design.model_dump())]
+    while stack:
+        path, x = stack.pop()
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k in ("hardware", "framework", "counterfactual_model") and isinstance(v, str):
+                    out.append((f"{path}.{k}", k, v))
+                elif k == "pairs" and isinstance(v, (list, tuple)):
+                    out += [(f"{path}.pairs.{i}", "hardware", h) for i, pair in enumerate(v)
+                            if isinstance(pair, (list, tuple)) for h in pair if isinstance(h, str)]
+                else:
+                    stack.append((f"{path}.{k}", v))
+        elif isinstance(x, (list, tuple)):
+            stack += [(f"{path}.{i}", v) for i, v in enumerate(x)]
+    return sorted(out)
+
+
+def _check_design_names(scn: Any) -> None:
+    """Pools, sites, baselines, framework entries: unknown names blamed where they are written."""
+    from planner.catalog.frameworks import framework
+    from planner.catalog.hardware import hardware
+    from planner.catalog.model_catalog import model
+
+    lookup = {"hardware": hardware, "framework": framework, "counterfactual_model": model}
+    for path, key, value in _design_strings(scn):
+        try:
+            lookup[key](value)
+        except PlannerError as e:
+            raise located(path, str(e)) from None
+
+
+def _used_hardware(scn: Any) -> dict[str, str]:
+    """Profile name -> the spelling the scenario used, over the search space and the design."""
+    from planner.catalog.hardware import hardware
+
+    names = list(scn.search.hardware) if scn.search is not None else []
+    names += [v for _, k, v in _design_strings(scn) if k == "hardware"]
+    out = {}
+    for n in names:
+        try:
+            out[hardware(n).name] = n
+        except PlannerError:
+            out[n] = n
+    return out
+
+
+def _check_price_keys(scn: Any) -> None:
+    for field in ("usd_per_h", "purchase_usd"):
+        keys = getattr(scn.cost, field)
+        if not keys:
+            continue
+        used = _used_hardware(scn)
+        from planner.catalog.hardware import list_hardware
+
+        known = sorted({*used, *list_hardware()})
+        for key in keys:
+            if key not in known:
+                raise located(f"cost.{field}.{key}", f"unknown hardware {key!r}" + _did_you_mean(key, known))
+
+
+def _check_fleet_available(scn: Any) -> None:
+    available = getattr(scn.design, "available", None)
+    if scn.design.type != "fleet" or not available:
+        return
+    known = list(scn.search.hardware)
+    for key, n in available.items():
+        if key not in known:
+            raise located(f"design.available.{key}", f"{key!r} is not in search.hardware"
+                          + _did_you_mean(key, known))
+        if n < 0:
+            raise located(f"design.available.{key}", f"must be >= 0 instances, got {n}")
+
+
+def _check_context(scn: Any) -> None:
+    """Explicit length distributions must fit the window. Traces are replayed as recorded (the
+    Splitwise reproduction runs BLOOM-176B, a 2,048-token model, on Azure's longer prompts)."""
+    from planner.catalog.model_catalog import model
+
+    w = scn.workload
+    window = model(scn.model).max_context
+    explicit = [(k, getattr(w, k)) for k in ("input", "output") if getattr(w, k) is not None
+                and getattr(w, k).dist != "trace"]
+    if not window or not explicit:
+        return
+    i, o, _ = w.joint_support()
+    longest = float((i + o).max())
+    if longest > window:
+        raise located(f"workload.{explicit[0][0]}", f"the longest request (input + output = {longest:,.0f} tokens) "
+                      f"exceeds {scn.model}'s context window of {window} tokens (set max: on the lengths)")

@@ -1,0 +1,62 @@
+"""``planner throughput``: the three questions about one instance under load, and their tables."""
+
+from __future__ import annotations
+
+from planner.errors import InputError
+from planner.report import key_value_table, out, print_json, si
+
+
+def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: float | None,
+                   ttft_p90: float | None, tpot_p90: float | None, json_out: bool, **kw) -> None:
+    """Closed loop at ``concurrency`` (``planner.throughput``), open loop at ``rate``
+    (``load_point.at_rate``) or the most load meeting the SLO (``load_point.max_load``)."""
+    slo_given = ttft_p90 is not None or tpot_p90 is not None
+    if sum((concurrency is not None, rate is not None, slo_given)) > 1:
+        raise InputError("give one of --concurrency, --rate or the SLO (--ttft-p90/--tpot-p90)")
+    if rate is not None or slo_given:
+        from planner.serving import load_point
+
+        if rate is not None:
+            r = load_point.at_rate(model, hardware, rate=rate, **kw)
+        else:
+            from pydantic import ValidationError
+
+            from planner.serving.slo import SLO, Target
+
+            try:
+                slo = SLO(ttft_s=Target(p90=ttft_p90), tpot_s=Target(p90=tpot_p90))
+            except ValidationError as e:
+                raise InputError(f"--ttft-p90/--tpot-p90: {e.errors()[0]['msg']}") from None
+            r = load_point.max_load(model, hardware, slo=slo, **kw)
+        if json_out:
+            print_json(r.model_dump(mode="json"))
+            return
+        lat = lambda d: " / ".join(si(d[p], "s") for p in ("p50", "p90", "p99"))  # noqa: E731
+        title = (f"{r.model} on {r.tp * r.pp}x {r.hardware} (tp={r.tp} pp={r.pp} ep={r.ep}), "
+                 f"{r.input_len} in / {r.output_len} out, Poisson arrivals")
+        out.print(key_value_table(title, [
+            ("load", f"{r.requests_per_s:.4g} req/s ({r.output_tokens_per_s:,.0f} output tokens/s)"
+                     + ("" if r.binding == "rate" else f"; the most meeting the SLO (binding: {r.binding})")),
+            ("capacity", f"{r.max_rate:.4g} req/s at most (prefill busy {100 * r.prefill_utilization:.0f}% here)"),
+            ("TTFT p50/p90/p99", lat(r.ttft_s)), ("TPOT p50/p90/p99", lat(r.tpot_s)),
+            ("E2E p50/p90/p99", lat(r.e2e_s)), ("decode batch", f"{r.decode_batch:.1f} sequences (mean)"),
+            ("power", si(r.power_w, "W")),
+            *([("cost", f"${r.usd_per_h:,.2f}/h")] if r.usd_per_h is not None else []),
+        ]))
+        return
+    from planner.serving.closed_loop import throughput
+
+    s = throughput(model, hardware, concurrency=concurrency, **kw)
+    if json_out:
+        print_json(s.model_dump(mode="json"))
+        return
+    out.print(key_value_table(f"{s.model} on {s.accelerators}x {s.hardware} (tp={s.tp} pp={s.pp} ep={s.ep}), "
+                              f"{s.input_len} in / {s.output_len} out, closed loop", [
+        ("concurrency", f"{s.concurrency:.1f} requests in flight" + (" (as many as fit)" if concurrency is None
+                                                                      else "")),
+        ("throughput", f"{s.requests_per_s:.4g} req/s, {s.output_tokens_per_s:,.0f} output tokens/s, "
+                       f"{s.total_tokens_per_s:,.0f} total tokens/s"),
+        ("TTFT / TPOT (mean)", f"{si(s.ttft_s, 's')} / {si(s.tpot_s, 's')}"),
+        ("decode batch", f"{s.decode_batch:.1f} sequences"), ("limited by", s.limit),
+        ("power", si(s.power_w, "W")), *([("cost", f"${s.usd_per_h:,.2f}/h")] if s.usd_per_h is not None else []),
+    ]))

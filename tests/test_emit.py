@@ -1,0 +1,140 @@
+"""``planner plan --emit``: the launch files use each engine's documented flag names and carry the
+plan's numbers (layout, limits, replicas)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+# Flag names as the engines document them (looked up, not taken from planner.emit):
+# vLLM engine arguments, https://docs.vllm.ai/en/latest/models/engine_args.html (and vllm/engine/arg_utils.py
+# for --data-parallel-size / --enable-expert-parallel); --kv-cache-dtype {auto,fp8,fp8_e5m2,fp8_e4m3}
+VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
+        "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization", "--kv-cache-dtype",
+        "--quantization"}
+# SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html
+SGLANG = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--mem-fraction-static",
+          "--max-running-requests", "--chunked-prefill-size", "--kv-cache-dtype", "--quantization"}
+# trtllm-serve options, https://nvidia.github.io/TensorRT-LLM/0.18.2/commands/trtllm-serve.html (+ --ep_size)
+TRTLLM = {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
+          "--kv_cache_free_gpu_memory_fraction"}
+KV_DTYPES = {"vllm": {"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}, "sglang": {"fp8_e4m3", "fp8_e5m2"}}
+
+MOE = """\
+name: moe-ep
+model: mixtral-8x7b
+workload:
+  rate: 4
+  input: {dist: fixed, value: 1024}
+  output: {dist: fixed, value: 128}
+slo:
+  ttft_s: {p90: 2.0}
+  tpot_s: {p90: 0.1}
+search:
+  hardware: [h100-sxm]
+  tp: [1]
+  ep: [4]
+  weight_dtype: [fp8]
+  kv_dtype: fp8
+"""
+
+
+def _plan(tmp_path, scenario, engine):
+    out = tmp_path / engine
+    r = runner.invoke(app, ["plan", str(scenario), "--json", "--emit", engine, str(out)])
+    assert r.exit_code == 0, r.stderr
+    import json
+
+    return json.loads(r.stdout)["best"], out
+
+
+def _command(path: Path) -> list[str]:
+    text = path.read_text()
+    line = text[text.index("exec "):].replace("\\\n", " ")
+    return shlex.split(line)[1:]
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i, a in enumerate(argv):
+        if a.startswith("--"):
+            out[a] = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+    return out
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory):
+    p = tmp_path_factory.mktemp("moe") / "moe.yaml"
+    p.write_text(MOE)
+    return p
+
+
+def test_vllm_flags_documented_and_carry_the_plan(tmp_path, moe):
+    best, out = _plan(tmp_path, moe, "vllm")
+    argv = _command(out / "vllm.sh")
+    assert argv[:3] == ["vllm", "serve", "$MODEL"]
+    f = _flags(argv)
+    assert set(f) <= VLLM
+    # ep 4 on tp 1: 4 attention replicas, EP over all of them (vLLM: EP = TP x DP)
+    assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("1", "4")
+    assert "--enable-expert-parallel" in f and f["--enable-expert-parallel"] is None
+    assert int(f["--max-num-seqs"]) == best["max_num_seqs"]
+    assert f["--kv-cache-dtype"] in KV_DTYPES["vllm"] and f["--kv-cache-dtype"] == "fp8"
+    assert f["--quantization"] == "fp8" and 0 < float(f["--gpu-memory-utilization"]) <= 1
+    assert "predicted TTFT" in (out / "vllm.sh").read_text()
+
+
+def test_sglang_flags_documented(tmp_path, moe):
+    best, out = _plan(tmp_path, moe, "sglang")
+    argv = _command(out / "sglang.sh")
+    f = _flags(argv)
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"] and f["--model-path"] == "$MODEL"
+    assert set(f) <= SGLANG
+    assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("1", "4", "4")
+    assert int(f["--max-running-requests"]) == best["max_num_seqs"]
+    assert f["--kv-cache-dtype"] in KV_DTYPES["sglang"]
+
+
+def test_trtllm_flags_documented(tmp_path, moe):
+    best, out = _plan(tmp_path, moe, "trtllm")
+    f = _flags(_command(out / "trtllm.sh"))
+    assert set(f) <= TRTLLM
+    assert (f["--tp_size"], f["--pp_size"], f["--ep_size"]) == ("4", "1", "4")
+    assert int(f["--max_batch_size"]) == best["max_num_seqs"]
+    assert 0 < float(f["--kv_cache_free_gpu_memory_fraction"]) < 1
+
+
+def test_k8s_deployment_replicas_and_gpus(tmp_path):
+    best, out = _plan(tmp_path, ROOT / "scenarios" / "chat-h100.yaml", "k8s")
+    (path,) = out.iterdir()
+    doc = yaml.safe_load(path.read_text())
+    assert doc["kind"] == "Deployment" and doc["spec"]["replicas"] == best["instances"]
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == best["tp"] * best["pp"]
+    assert set(_flags(container["args"])) <= VLLM
+    assert path.read_text().startswith("# planner plan chat-h100")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--emit", "vllmm", "DIR"], "did you mean 'vllm'"),
+    (["--emit", "vllm", "/nonexistent/dir/x"], "does not exist"),
+])
+def test_emit_checked_before_the_run(tmp_path, args, needle):
+    args = [a.replace("DIR", str(tmp_path / "o")) for a in args]
+    r = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "chat-h100.yaml"), *args])
+    assert r.exit_code == 2 and needle in r.stderr
+
+
+def test_emit_other_designs_is_a_clean_error(tmp_path):
+    r = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "llama70b-slo-search.yaml"), "--emit", "vllm",
+                            str(tmp_path / "o")])
+    assert r.exit_code == 2 and "colocated" in r.stderr and not (tmp_path / "o").exists()

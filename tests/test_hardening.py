@@ -1,0 +1,416 @@
+"""Regression tests of issue #17: every bad input a new user tried gets a clean ``file:line field``
+error (exit 2), never a traceback, a hang or a plan built on nonsense; outputs never clobber."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import planner
+from planner.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+BASE = """\
+name: t
+model: llama-3.1-8b
+workload:
+  rate: 5
+  input: {dist: fixed, value: 512}
+  output: {dist: fixed, value: 128}
+slo:
+  ttft_s: {p90: 2.0}
+  tpot_s: {p90: 0.1}
+search:
+  hardware: [h100-sxm]
+  tp: [1]
+"""
+PROFILE = """\
+name: myhw
+base: h100-sxm
+description: an H100 with one figure changed
+"""
+
+
+def _plan(path: Path, *extra: str):
+    return runner.invoke(app, ["plan", str(path), "--json", *extra])
+
+
+def _bad(r, *needles: str) -> None:
+    """Exit 2, one clean line on stderr containing every needle, nothing on stdout."""
+    assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert r.stdout == ""
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+
+
+def _scenario(tmp_path: Path, text: str | bytes, name: str = "s.yaml") -> Path:
+    p = tmp_path / name
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return p
+
+
+def _subprocess_plan(path: Path, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    """In a child process: today's failure modes include a segfault and a hang."""
+    return subprocess.run([sys.executable, "-m", "planner", "plan", str(path), "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# -- 1. reading files ------------------------------------------------------------------------------
+def test_latin1_scenario_names_file_and_line(tmp_path):
+    p = _scenario(tmp_path, BASE.replace("name: t", "name: café").encode("latin-1"))
+    _bad(_plan(p), f"{p}:1", "UTF-8")
+
+
+def test_utf16_scenario_is_named(tmp_path):
+    p = _scenario(tmp_path, BASE.encode("utf-16"))
+    _bad(_plan(p), str(p), "UTF-16")
+
+
+def test_binary_garbage_scenario(tmp_path):
+    p = _scenario(tmp_path, bytes(range(256)) * 4)
+    _bad(_plan(p), str(p))
+
+
+def test_alias_bomb_rejected_quickly(tmp_path):
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    p = _scenario(tmp_path, "\n".join(lines) + "\n")
+    t0 = time.perf_counter()
+    r = _subprocess_plan(p, timeout=30)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "alias" in r.stderr and f"{p}:" in r.stderr
+    assert time.perf_counter() - t0 < 10
+
+
+def test_duplicate_key_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE + "model: llama-3.1-70b\n")
+    _bad(_plan(p), f"{p}:13 model", "duplicate key 'model'", "line 2")
+
+
+@pytest.mark.parametrize("depth", [1_000, 50_000])
+def test_deep_nesting_rejected(tmp_path, depth):
+    p = _scenario(tmp_path, BASE + "description: " + "[" * depth + "]" * depth + "\n")
+    r = _subprocess_plan(p)
+    assert r.returncode == 2, r.stderr[-500:]
+    assert "Traceback" not in r.stderr and "nest" in r.stderr and f"{p}:13" in r.stderr
+
+
+def test_profile_base_loop(tmp_path):
+    a = tmp_path / "loop.yaml"
+    a.write_text("name: loop\nbase: loop\ndescription: x\n")
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", str(a), "-i", "100", "-o", "10"])
+    _bad(r, "loop")
+
+
+def test_directory_as_scenario(tmp_path):
+    _bad(_plan(tmp_path), str(tmp_path))
+
+
+# -- 2. values -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "true", "-5", "0"])
+def test_rate_must_be_finite_positive_number(tmp_path, value):
+    p = _scenario(tmp_path, BASE.replace("rate: 5", f"rate: {value}"))
+    _bad(_plan(p), f"{p}:4 workload.rate")
+
+
+def test_negative_price_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE + "cost: {usd_per_h: {h100-sxm: -4}}\n")
+    _bad(_plan(p), f"{p}:13 cost.usd_per_h.h100-sxm")
+
+
+def test_price_for_unknown_hardware_did_you_mean(tmp_path):
+    p = _scenario(tmp_path, BASE + "cost:\n  usd_per_h: {h100: 4}\n")
+    _bad(_plan(p), f"{p}:14 cost.usd_per_h.h100", "did you mean 'h100-sxm'")
+
+
+def test_fleet_available_unknown_hardware_did_you_mean(tmp_path):
+    p = _scenario(tmp_path, BASE.replace("[h100-sxm]", "[h100-sxm, mi300x]")
+                  + "design:\n  type: fleet\n  available: {mi300: 2}\n")
+    _bad(_plan(p), f"{p}:15 design.available.mi300", "did you mean 'mi300x'")
+
+
+def test_cv_with_poisson_arrivals_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE.replace("  rate: 5\n", "  rate: 5\n  arrival: {process: poisson, cv: 3}\n"))
+    _bad(_plan(p), f"{p}:5 workload.arrival.cv", "gamma")
+
+
+def test_mtp_acceptance_without_tokens_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE + "engine: {mtp_acceptance: 0.7}\n")
+    _bad(_plan(p), f"{p}:13 engine.mtp_acceptance", "mtp_tokens")
+
+
+def test_unused_trace_with_explicit_lengths_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE.replace("  rate: 5\n", "  rate: 5\n  trace: azure-conv-2023\n"))
+    _bad(_plan(p), f"{p}:5 workload.trace", "unused")
+
+
+def test_context_longer_than_model_window_scenario(tmp_path):
+    p = _scenario(tmp_path, BASE.replace("value: 512", "value: 200000"))
+    _bad(_plan(p), f"{p}:5 workload.input", "131072")
+
+
+def test_context_longer_than_model_window_whatif():
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "200000", "-o", "10"])
+    _bad(r, "131072")
+
+
+def test_context_longer_than_model_window_api():
+    with pytest.raises(planner.InputError, match="131072"):
+        planner.estimate("llama-3.1-8b", "h100-sxm", input_len=200_000, output_len=10)
+
+
+def _profile(tmp_path: Path, extra: str) -> Path:
+    p = tmp_path / "myhw.yaml"
+    p.write_text(PROFILE + extra)
+    return p
+
+
+@pytest.mark.parametrize("extra,line,field", [
+    ("memory:\n  bandwidth: {value: -3 TB/s, source: nv_h100_ds}\n", 5, "memory.bandwidth.value"),
+    ("peak_flops:\n  bf16: {value: .nan, source: nv_h100_ds}\n", 5, "peak_flops.bf16.value"),
+    ("peak_flops:\n  bf16: {value: .inf, source: nv_h100_ds}\n", 5, "peak_flops.bf16.value"),
+    ("power:\n  tdp: {value: 0 W, source: nv_h100_ds}\n", 5, "power.tdp.value"),
+    ("price:\n  rent: {value: -4 USD/h, source: aws_cb}\n", 5, "price.rent.value"),
+])
+def test_profile_figures_positive_and_finite(tmp_path, extra, line, field):
+    p = _profile(tmp_path, extra)
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", str(p), "-i", "100", "-o", "10"])
+    _bad(r, f"{p}:{line} {field}")
+
+
+def test_idle_power_above_tdp(tmp_path):
+    p = _profile(tmp_path, "power:\n  idle: {value: 900 W, source: nv_h100_ds}\n")
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", str(p), "-i", "100", "-o", "10"])
+    _bad(r, f"{p}:4 power", "idle")
+
+
+def test_whatif_accepts_every_scenario_kv_dtype():
+    """The CLI, the scenario format and the API accept the same formats (fp32 KV is legal in all)."""
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "100", "-o", "10",
+                            "--kv-dtype", "fp32", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["kv_dtype"] == "fp32"
+
+
+def test_json_output_never_nan(capsys):
+    from planner.report import print_json
+
+    print_json({"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5]})
+    out = capsys.readouterr().out
+    data = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert data == {"a": None, "b": [None, None, 1.5]}
+
+
+# -- 3. outputs ------------------------------------------------------------------------------------
+def test_csv_into_missing_directory_rejected_before_run(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    _bad(_plan(p, "--csv", str(tmp_path / "nope" / "x.csv")), "--csv", "nope")
+
+
+def test_plot_unknown_suffix_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    _bad(_plan(p, "--plot", str(tmp_path / "x.txt")), "--plot", ".txt")
+
+
+def test_csv_onto_input_file_rejected(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    _bad(_plan(p, "--csv", str(p)), "--csv", "input")
+    assert p.read_text() == BASE
+
+
+def test_failed_csv_write_leaves_no_file(tmp_path, monkeypatch):
+    from planner import export
+
+    target = tmp_path / "out.csv"
+
+    def boom(result):
+        return [{"a": 1}, {"b": 2}]          # a row with a key the header lacks: DictWriter raises
+    monkeypatch.setattr(export, "rows_of", boom)
+    with pytest.raises(ValueError):
+        export.write_csv(object(), target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fleet_plot_draws(tmp_path):
+    pytest.importorskip("matplotlib")
+    p = _scenario(tmp_path, BASE.replace("[h100-sxm]", "[h100-sxm, mi300x]") + "design: {type: fleet}\n")
+    png = tmp_path / "fleet.png"
+    r = runner.invoke(app, ["plan", str(p), "--plot", str(png)])
+    assert r.exit_code == 0, r.stderr
+    assert png.stat().st_size > 1000
+
+
+# -- 4. API ----------------------------------------------------------------------------------------
+def test_kv_cache_bytes_bad_dtype_is_input_error():
+    with pytest.raises(planner.InputError, match="fp9"):
+        planner.kv_cache_bytes_per_token("llama-3.1-8b", "fp9")
+
+
+def test_run_scenario_accepts_a_path(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    a = planner.run_scenario(p)
+    b = planner.run_scenario(str(p))
+    assert a.best.instances == b.best.instances >= 1
+
+
+def test_run_scenario_rejects_other_types():
+    with pytest.raises(planner.InputError):
+        planner.run_scenario(42)
+
+
+# -- 6. CLI ----------------------------------------------------------------------------------------
+def test_version():
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.stdout.strip().endswith(planner.__version__)
+
+
+def test_bundled_scenarios_still_load():
+    for f in sorted((ROOT / "scenarios").glob("*.yaml")):
+        assert planner.load_scenario(f).name
+    assert yaml  # the fuzz suite builds documents with PyYAML
+
+
+@pytest.mark.parametrize("scenario,old,new,field", [
+    ("splitwise-iso-cost-code", "hardware: h100-sxm, count: 40", "hardware: h100, count: 40",
+     "design.baselines.1.pool.hardware"),
+    ("splitwise-iso-cost-code", "framework: vllm-2023", "framework: vllm-2032", "design.framework"),
+    ("splitwise-iso-cost-code", "slowdown_slo: {hardware: a100-80g", "slowdown_slo: {hardware: a100",
+     "design.slowdown_slo.hardware"),
+    ("prfaas-case-study", "remote: {hardware: h200", "remote: {hardware: h2000", "design.remote.hardware"),
+    ("polca-row-a100", "  hardware: a100-80g", "  hardware: a100", "design.hardware"),
+    ("polca-row-a100", "framework: vllm-2023", "framework: vllm-2033", "design.framework"),
+])
+def test_design_names_carry_file_line_field(tmp_path, scenario, old, new, field):
+    text = (ROOT / "scenarios" / f"{scenario}.yaml").read_text()
+    assert old in text
+    p = _scenario(tmp_path, text.replace(old, new, 1))
+    (tmp_path / "models").symlink_to(ROOT / "scenarios" / "models")
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if old in t)
+    with pytest.raises(planner.InputError, match=rf"^{p}:{line} {field}: unknown"):
+        planner.load_scenario(p)
+
+
+def test_hf_config_with_nan_or_latin1(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{"model_type": "llama", "hidden_size": NaN}')
+    with pytest.raises(planner.InputError, match=f"{p}: NaN"):
+        planner.model_from_hf_config(p)
+    p.write_bytes('{"model_type": "caf\xe9"}'.encode("latin-1"))
+    with pytest.raises(planner.InputError, match=f"{p}:1: config.json is not UTF-8"):
+        planner.model_from_hf_config(p)
+
+
+@pytest.mark.parametrize("row", ["0,inf,10", "inf,100,10", "nan,100,10"])
+def test_trace_with_non_finite_numbers(tmp_path, row):
+    from planner.serving.trace import load_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text(f"timestamp,input_tokens,output_tokens\n0,100,10\n{row}\n")
+    with pytest.raises(planner.InputError, match=f"{p}:3"):
+        load_trace(str(p))
+
+
+# -- planner throughput ----------------------------------------------------------------------------
+TP = ["throughput", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "8", "-i", "2048", "-o", "256", "--json"]
+
+
+def test_throughput_cli_slo_point_meets_slo_and_is_the_edge():
+    r = runner.invoke(app, [*TP, "--ttft-p90", "1.0", "--tpot-p90", "0.05"])
+    assert r.exit_code == 0, r.stderr
+    best = json.loads(r.stdout)
+    assert best["ttft_s"]["p90"] <= 1.0 and best["tpot_s"]["p90"] <= 0.05
+    assert 0 < best["requests_per_s"] <= best["max_rate"]
+    # 10% more load than the SLO edge breaks the SLO the answer names as binding
+    more = json.loads(runner.invoke(app, [*TP, "--rate", str(best["requests_per_s"] * 1.1)]).stdout)
+    assert best["binding"] == "tpot_s.p90 <= 0.05" and more["tpot_s"]["p90"] > 0.05
+
+
+def test_throughput_cli_rate_is_littles_law_and_monotone():
+    lo, hi = (json.loads(runner.invoke(app, [*TP, "--rate", r]).stdout) for r in ("1", "6"))
+    for p in (lo, hi):   # sequences decoding = arrival rate x time a request spends decoding (Little)
+        decoding_s = (p["output_len"] - 1) * p["tpot_s"]["mean"]
+        assert p["decode_batch"] == pytest.approx(p["requests_per_s"] * decoding_s, rel=0.05)
+    assert hi["tpot_s"]["p90"] > lo["tpot_s"]["p90"] and hi["ttft_s"]["p90"] > lo["ttft_s"]["p90"]
+
+
+def test_throughput_cli_closed_loop_matches_api():
+    r = runner.invoke(app, [*TP, "--concurrency", "16"])
+    api = planner.throughput("llama-3.1-70b", "h100-sxm", tp=8, input_len=2048, output_len=256, concurrency=16)
+    assert r.exit_code == 0 and json.loads(r.stdout)["requests_per_s"] == pytest.approx(api.requests_per_s)
+
+
+@pytest.mark.parametrize("extra,code", [(["--rate", "500"], 1), (["--ttft-p90", "0.001"], 1),
+                                        (["--rate", "2", "-c", "4"], 2), (["--ttft-p90", "0"], 2),
+                                        (["--rate", "nan"], 2)])
+def test_throughput_cli_errors(extra, code):
+    r = runner.invoke(app, [*TP, *extra])
+    assert r.exit_code == code and "Traceback" not in r.stderr and "rror" in r.stderr
+
+
+def test_set_overrides_a_field(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    r = runner.invoke(app, ["plan", str(p), "--json", "--set", "workload.rate=40"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["rate"] == 40
+    _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "workload.rate=abc"]), "--set workload.rate")
+    _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "rate"]), "key.path=value")
+
+
+def test_compare_three_scenarios(tmp_path):
+    p = _scenario(tmp_path, BASE)
+    r = runner.invoke(app, ["compare", str(p), str(p), str(p), "--json", "--set", "workload.rate=10"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert list(data) == ["a", "b", "c"] and data["a"] == data["c"]
+
+
+def test_whatif_json_explain_has_breakdown():
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "100", "-o", "10", "--json",
+                            "--explain"])
+    ops = {row["op"] for row in json.loads(r.stdout)["breakdown"]}
+    assert {"qkv_proj", "attention", "ffn_up"} <= ops
+
+
+def test_plan_help_shows_plot_extra():
+    r = runner.invoke(app, ["plan", "--help"])
+    assert "planner[plot]" in r.stdout
+
+
+def test_rag_alternatives_consistent_with_simulator_scaled_pick():
+    r = planner.run_scenario(ROOT / "scenarios" / "rag-longctx-mi300x.yaml")
+    assert r.best.instances > r.analytic_instances          # the simulator asked for more
+    assert all(a.usd_per_h >= r.best.usd_per_h for a in r.alternatives)
+
+
+@pytest.mark.parametrize("kw", [{"mtp_tokens": None}, {"mtp_tokens": False}, {"mtp_tokens": 1, "mtp_acceptance": "x"}])
+def test_estimate_bad_mtp_types_are_input_errors(kw):
+    with pytest.raises(planner.InputError, match="MTP"):
+        planner.estimate("llama-3.1-8b", "h100-sxm", input_len=256, output_len=32, **kw)
+
+
+@pytest.mark.parametrize("call", [lambda: planner.load_scenario(42), lambda: planner.load_scenario(None),
+                                  lambda: planner.model_from_hf_config(None)])
+def test_path_arguments_of_other_types_are_input_errors(call):
+    with pytest.raises(planner.InputError, match="must be a file path"):
+        call()
+
+
+def test_api_built_workload_and_slo_reject_infinity():
+    from pydantic import ValidationError
+
+    from planner.serving.slo import Target
+    from planner.serving.workload import Workload
+
+    with pytest.raises(ValidationError, match="finite"):
+        Workload(rate=float("inf"), trace="azure-conv-2023")
+    with pytest.raises(ValidationError, match="finite"):
+        Target(p90=float("inf"))
