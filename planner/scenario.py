@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.fleet import FleetSpec
+from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
@@ -23,6 +24,7 @@ from planner.errors import InputError, PlannerError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.serving.batching import Engine
+from planner.serving.sessions import SessionWorkload
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload
 from planner.yamlio import load_yaml, validation_error
@@ -82,17 +84,27 @@ Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloS
                    Field(discriminator="type")]
 
 
+def _workload_kind(v: Any) -> str:
+    has = v.get("sessions") is not None if isinstance(v, dict) else isinstance(v, SessionWorkload)
+    return "sessions" if has else "requests"
+
+
+AnyWorkload = Annotated[Annotated[Workload, Tag("requests")] | Annotated[SessionWorkload, Tag("sessions")],
+                        Discriminator(_workload_kind)]
+
+
 class Scenario(Frozen):
     name: str
     description: str = ""
     model: str = Field(description="catalog name or a local HuggingFace config.json")
-    workload: Workload
+    workload: AnyWorkload
     slo: SLO
     engine: Engine = Engine()
     search: SearchSpace | None = Field(None, description="candidates of the colocated design")
     cost: CostModel = CostModel()
     design: Design = ColocatedSpec()
     simulate: SimulateSpec | None = None
+    kv_cache: KVCacheSpec | None = Field(None, description="prefix-cache tiers of a session workload")
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
@@ -119,6 +131,8 @@ class Scenario(Frozen):
             v = dict(v)
             if isinstance(v.get("trace"), str):
                 v["trace"] = _resolve(v["trace"], info)
+            if isinstance(v.get("sessions"), dict) and isinstance(v["sessions"].get("trace"), str):
+                v["sessions"] = {**v["sessions"], "trace": _resolve(v["sessions"]["trace"], info)}
             for key in ("input", "output"):
                 if isinstance(v.get(key), dict) and isinstance(v[key].get("trace"), str):
                     v[key] = {**v[key], "trace": _resolve(v[key]["trace"], info)}

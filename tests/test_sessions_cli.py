@@ -1,0 +1,66 @@
+"""Session scenarios end to end: the one-turn equivalence through the planner, CLI errors."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.run import run_scenario
+from planner.scenario import load_scenario
+
+BASE = """
+name: {name}
+model: llama-3.1-8b
+workload:
+{workload}
+slo: {{ttft_s: {{p90: 1.0}}, tpot_s: {{p90: 0.05}}}}
+search: {{hardware: [h100-sxm], tp: [1, 2]}}
+"""
+LENGTHS = "{dist: lognormal, median: 800, p90: 3000}", "{dist: lognormal, median: 200, p90: 600}"
+
+
+def _write(tmp_path, name, workload):
+    f = tmp_path / f"{name}.yaml"
+    f.write_text(BASE.format(name=name, workload=workload))
+    return f
+
+
+def test_one_turn_sessions_plan_like_independent_requests(tmp_path):
+    plain = _write(tmp_path, "plain", f"  rate: 12\n  input: {LENGTHS[0]}\n  output: {LENGTHS[1]}")
+    sess = _write(tmp_path, "sess", f"  rate: 12\n  sessions:\n    turns: {{dist: fixed, value: 1}}\n"
+                  f"    new_input: {LENGTHS[0]}\n    output: {LENGTHS[1]}\n"
+                  "    think: {dist: exponential, mean_s: 1}")
+    a, b = run_scenario(load_scenario(plain)), run_scenario(load_scenario(sess))
+    assert a.best == b.best
+    assert b.cache.hit_rate == 0.0 and b.cache.upper_bound == 0.0
+
+
+def test_malformed_session_trace_exits_2(tmp_path):
+    trace = tmp_path / "turns.csv"
+    trace.write_text("session_id,timestamp,input_tokens,output_tokens\nx,0,100,5\nx,3,120,-4\n")
+    scn = _write(tmp_path, "bad", "  sessions: {trace: turns.csv}")
+    r = CliRunner().invoke(app, ["plan", str(scn)])
+    assert r.exit_code == 2
+    assert "turns.csv:3:9:" in r.output and "output_tokens" in r.output
+
+
+def test_unknown_tier_and_preset_exit_2(tmp_path):
+    scn = _write(tmp_path, "tier", "  rate: 1\n  sessions: {preset: chat}")
+    scn.write_text(scn.read_text() + "kv_cache: {tiers: [hbm, floppy]}\n")
+    r = CliRunner().invoke(app, ["plan", str(scn)])
+    assert r.exit_code == 2 and "kv_cache.tiers" in r.output
+    scn = _write(tmp_path, "preset", "  rate: 1\n  sessions: {preset: chatt}")
+    r = CliRunner().invoke(app, ["plan", str(scn)])
+    assert r.exit_code == 2 and "did you mean 'chat'" in r.output
+
+
+def test_sessions_command_json(tmp_path):
+    scn = _write(tmp_path, "chat", "  rate: 4\n  sessions: {preset: chat}")
+    r = CliRunner().invoke(app, ["sessions", str(scn), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    hits = out["curve"]["analytic_hit_rate"]
+    assert all(b >= a - 1e-12 for a, b in zip(hits, hits[1:], strict=False))
+    assert abs(out["plan"]["cache"]["hit_rate"] - out["plan"]["cache"]["simulated_hit_rate"]) < 0.10
