@@ -293,7 +293,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
              plot: str | None = typer.Option(None, "--plot", help="Draw the capacity-vs-hit-rate curve into this "
                                              "image file (needs matplotlib).")) -> None:
     """Prefix cache of a session workload: hit rate per KV tier, simulator check, capacity curve."""
-    from planner.designs.kv_cache import KVCacheSpec, capacity_curve
+    from planner.designs.kv_cache import KVCacheSpec, capacity_curve, with_hits
     from planner.errors import InputError
     from planner.report import print_json
     from planner.run import run_scenario
@@ -308,7 +308,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
 
         _pyplot()
     result = run_scenario(scn)
-    w = scn.workload.model_copy(update={"prefix_hit": min(result.cache.hit_rate, 0.995)})
+    w = with_hits(scn.workload, result.cache.hit_rate, result.cache.characteristic_time_s)
     curve = capacity_curve(get_model_of(scn), result.best, w, scn.kv_cache or KVCacheSpec())
     if json_out:
         print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})

@@ -142,3 +142,17 @@ def test_session_trace_prefixes(tmp_path):
     # a's second prompt (1,300) extends 1,000 + 100; b's (300) is shorter than 550: history rewritten
     assert s.reuse.tolist() == [200, 200, 1100, 200]
     assert s.gap_next_s.tolist()[:2] == [5.0, 8.0]
+
+
+def test_per_turn_hits_average_to_the_aggregate():
+    """First turns hit only the system prompt, later turns their history too when the gap was
+    shorter than the characteristic time; token-weighted, that is the aggregate hit rate."""
+    w = SessionWorkload(rate=4.0, sessions=Sessions(preset="coding_agent", max_context=131072))
+    p = ReuseProfile.of(w.stream(), w.session_rate, w.sessions.think).at_rate(w.session_rate / 3)
+    cap = 1.5e6
+    t = float(characteristic_time(p, cap)[0])
+    h = w.model_copy(update={"cache_ttl_s": t}).support_hits()
+    s = w.stream()
+    assert (h * s.input_len).sum() / s.input_len.sum() == pytest.approx(hit_rate(p, cap)[0], rel=1e-3)
+    first = s.turn == 0
+    assert np.allclose(h[first], np.minimum(s.system_prompt / s.input_len[first], 0.999))

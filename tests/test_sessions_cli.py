@@ -64,3 +64,15 @@ def test_sessions_command_json(tmp_path):
     hits = out["curve"]["analytic_hit_rate"]
     assert all(b >= a - 1e-12 for a, b in zip(hits, hits[1:], strict=False))
     assert abs(out["plan"]["cache"]["hit_rate"] - out["plan"]["cache"]["simulated_hit_rate"]) < 0.10
+
+
+def test_bundled_session_scenarios_load():
+    from pathlib import Path
+
+    from planner.serving.sessions import SessionWorkload
+
+    root = Path(__file__).resolve().parent.parent / "scenarios"
+    for name in ("coding-agent-h200-hbm", "coding-agent-h200-offload", "reasoning-mi300x-vs-h200",
+                 "rag-128k-cloudmatrix"):
+        scn = load_scenario(root / f"{name}.yaml")
+        assert isinstance(scn.workload, SessionWorkload) and scn.kv_cache is not None

@@ -108,8 +108,8 @@ def plan_with_cache(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSp
         raise InfeasibleError(reasons[0] if len(set(reasons)) == 1 else "; ".join(dict.fromkeys(reasons)))
     results.sort(key=lambda r: (r[0].usd_per_h, r[0].accelerators))
     deployments = [r[0] for r in results]
-    best, hit, evals = results[0]
-    w = workload.model_copy(update={"prefix_hit": min(hit, MAX_HIT)})
+    best, (hit, ttl), evals = results[0]
+    w = with_hits(workload, hit, ttl)
     return deployments, w, cache_report(model, best, w, spec, profile, evals)
 
 
@@ -126,17 +126,17 @@ def _single_candidates(plan_args: dict):
 def _fixed_point(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
                  plan_args: dict) -> tuple[Deployment, float, int]:
     plan = _planner(model, workload, plan_args)
-    ref = plan(profile.upper_bound)[0]
+    ref = plan(profile.upper_bound, None)[0]
     cap = plan_args.get("max_instances", 100_000)
-    evals: dict[int, tuple[float, Deployment | None]] = {}
+    evals: dict[int, tuple[float, float, Deployment | None]] = {}
 
     def holds(k: int) -> bool:
-        hit = _hit(model, ref, workload, spec, profile, k)
+        hit, ttl = _hit(model, ref, workload, spec, profile, k)
         try:
-            best = plan(hit)[0]
+            best = plan(hit, ttl)[0]
         except InfeasibleError:
             best = None
-        evals[k] = (hit, best)
+        evals[k] = (hit, ttl, best)
         return best is not None and best.instances <= k
 
     lo, hi = ref.instances - 1, ref.instances          # k = lo is below the optimistic count
@@ -149,20 +149,27 @@ def _fixed_point(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSpec,
     while hi - lo > 1:                                  # smallest k that holds
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    hit, best = evals[hi]
-    return (rescaled(best, hi) if best.instances < hi else best), hit, len(evals)
+    hit, ttl, best = evals[hi]
+    return (rescaled(best, hi) if best.instances < hi else best), (hit, ttl), len(evals)
 
 
 def _planner(model: ModelSpec, workload: SessionWorkload, plan_args: dict):
-    def plan(hit: float) -> list[Deployment]:
-        return plan_colocated(model, workload.model_copy(update={"prefix_hit": min(hit, MAX_HIT)}), **plan_args)
+    def plan(hit: float, ttl: float | None) -> list[Deployment]:
+        return plan_colocated(model, with_hits(workload, hit, ttl), **plan_args)
     return plan
 
 
+def with_hits(w: SessionWorkload, hit: float, ttl: float | None) -> SessionWorkload:
+    """``w`` with the cache's aggregate hit rate and characteristic time (per-turn hits)."""
+    return w.model_copy(update={"prefix_hit": min(hit, MAX_HIT), "cache_ttl_s": ttl})
+
+
 def _hit(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
-         k: int) -> float:
-    tiers = deployment_tiers(model, d, w, spec)
-    return float(hit_rate(profile.at_rate(w.session_rate / k), [sum(t.tokens for t in tiers)])[0])
+         k: int) -> tuple[float, float]:
+    """Hit rate and characteristic time of ``d``'s tiers with ``k`` instances."""
+    tokens = sum(t.tokens for t in deployment_tiers(model, d, w, spec))
+    p = profile.at_rate(w.session_rate / k)
+    return float(hit_rate(p, tokens)[0]), float(characteristic_time(p, tokens)[0])
 
 
 def _think(w: SessionWorkload):

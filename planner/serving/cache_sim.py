@@ -47,8 +47,9 @@ class Replay:
 
 
 def replay(stream: SessionStream, block_tokens: int = BLOCK_TOKENS, warmup_frac: float = 0.2) -> Replay:
-    """Replay the stream's turns through the LRU stack; turns arriving in the first
-    ``warmup_frac`` of the stream's span (cache filling) are not measured."""
+    """Replay the stream's turns through the LRU stack. Measured: every turn of the sessions that
+    start after the first ``warmup_frac`` of the span of session starts (the cache is filling
+    before); whole sessions, so late turns (high hit rates) are not over-represented."""
     n = len(stream.session)
     blocks_after = stream.history_after // block_tokens      # full blocks only are cached
     tree = np.zeros(n + 1, dtype=np.int64)                  # Fenwick tree over turn positions
@@ -68,7 +69,10 @@ def replay(stream: SessionStream, block_tokens: int = BLOCK_TOKENS, warmup_frac:
         _add(tree, i + 1, b)
         total += b
         last_pos[s] = i
-    keep = stream.arrival_s >= stream.arrival_s[0] + warmup_frac * stream.duration_s
+    starts = np.full(int(stream.session.max()) + 1, np.inf)
+    np.minimum.at(starts, stream.session, stream.arrival_s)
+    first, last = starts[np.isfinite(starts)].min(), starts[np.isfinite(starts)].max()
+    keep = starts[stream.session] >= first + warmup_frac * (last - first)
     return Replay(depth[keep], history[keep], stream.input_len[keep].astype(float),
                   stream.system_prompt // block_tokens, block_tokens)
 

@@ -276,6 +276,8 @@ class SessionWorkload(Workload):
     (``planner.serving.prefix_cache``) for a deployment; until then it is what the scenario says."""
 
     sessions: Sessions
+    cache_ttl_s: float | None = Field(None, ge=0, description="set by the planner: how long an idle session's KV "
+                                      "stays cached (Che's characteristic time); gives each turn its own hit")
 
     @model_validator(mode="after")
     def _check(self) -> SessionWorkload:
@@ -318,6 +320,25 @@ class SessionWorkload(Workload):
                             prefix_hit=self.prefix_hit)
         return None
 
+    def support_hits(self):
+        """Each turn's expected hit fraction when the cache keeps an idle session ``cache_ttl_s``:
+        the system prompt plus, if the gap since the session's previous turn was shorter, its
+        history (the turn-level form of ``prefix_cache.hit_rate``); else ``prefix_hit`` for all."""
+        if self.cache_ttl_s is None or self.independent() is not None:
+            return self.prefix_hit
+        s = self.stream()
+        first = s.reuse <= s.system_prompt
+        if self.sessions.trace is None:
+            kept = float(self.sessions.think.cdf(np.array([self.cache_ttl_s]))[0])
+        else:
+            gap_prev = np.full(len(s.session), np.inf)
+            idx = np.flatnonzero(np.isfinite(s.gap_next_s))
+            nxt = _next_turn_index(s)
+            gap_prev[nxt[idx]] = s.gap_next_s[idx]
+            kept = gap_prev < self.cache_ttl_s
+        hits = np.minimum(s.reuse, s.system_prompt) + np.where(first, 0.0, (s.reuse - s.system_prompt) * kept)
+        return np.minimum(hits / s.input_len, 0.999)
+
     def joint_support(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The turns of ``SUPPORT_SESSIONS`` sessions (fixed seed), equally weighted."""
         if (w := self.independent()) is not None:
@@ -334,6 +355,15 @@ class SessionWorkload(Workload):
             s = self.stream(n_sessions=2 * len(np.unique(s.session)), seed=seed)
         idx = np.arange(n) % len(s.arrival_s)
         return s.arrival_s[idx] - s.arrival_s[0], s.input_len[idx], s.output_len[idx]
+
+
+def _next_turn_index(s: SessionStream) -> np.ndarray:
+    """For each turn, the index (in arrival order) of its session's next turn (itself if last)."""
+    order = np.lexsort((s.arrival_s, s.session))
+    nxt = np.arange(len(order))
+    same = s.session[order][1:] == s.session[order][:-1]
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt
 
 
 @lru_cache(maxsize=16)
