@@ -45,7 +45,14 @@ def run_scenario(scn: Scenario):
     if scn.design.type == "prfaas":
         from planner.designs.prfaas import plan_prfaas
 
-        return plan_prfaas(m, scn.design, scn.workload, scn.cost.usd_per_h, scn.name)
+        workload = scn.workload
+        if isinstance(workload, SessionWorkload):   # sessions: the hit rate of the local site's KV tiers
+            from planner.designs.kv_cache import KVCacheSpec, site_workload
+
+            site = scn.design.local
+            workload = site_workload(m, workload, scn.kv_cache or KVCacheSpec(), site.hardware, site.tp, site.ep,
+                                     site.instances, scn.design.weight_dtype, scn.design.kv_dtype)
+        return plan_prfaas(m, scn.design, workload, scn.cost.usd_per_h, scn.name)
     if scn.design.type == "fleet":
         from planner.designs.fleet import plan_fleet
 

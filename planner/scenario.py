@@ -110,6 +110,8 @@ class Scenario(Frozen):
     def _design_needs(self) -> Scenario:
         if self.design.type in ("colocated", "slo-search", "fleet") and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
+        if self.kv_cache is not None and not isinstance(self.workload, SessionWorkload):
+            raise ValueError("kv_cache applies to a session workload (workload.sessions); give prefix_hit otherwise")
         return self
 
     @field_validator("model")

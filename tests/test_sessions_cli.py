@@ -76,3 +76,49 @@ def test_bundled_session_scenarios_load():
                  "rag-128k-cloudmatrix"):
         scn = load_scenario(root / f"{name}.yaml")
         assert isinstance(scn.workload, SessionWorkload) and scn.kv_cache is not None
+
+
+def test_prfaas_sites_default_to_the_workload_hit():
+    """A PrfaaS site without its own prefix_hit takes the workload's (which sessions derive)."""
+    from pathlib import Path
+
+    from planner.catalog.model_catalog import model
+    from planner.designs.prfaas import plan_prfaas
+
+    root = Path(__file__).resolve().parent.parent / "scenarios"
+    text = (root / "prfaas-case-study.yaml").read_text().replace("model: models/", f"model: {root}/models/")
+    scn = load_scenario_text(text, root)
+    m = model(scn.model)
+    given = scn.design.model_copy(update={s: getattr(scn.design, s).model_copy(update={"prefix_hit": 0.3})
+                                          for s in ("local", "remote")})
+    a = plan_prfaas(m, scn.design, scn.workload.model_copy(update={"prefix_hit": 0.3}), scn.cost.usd_per_h, "a")
+    b = plan_prfaas(m, given, scn.workload, scn.cost.usd_per_h, "a")
+    assert a.systems == b.systems
+
+
+def test_site_hit_rises_with_instances():
+    from planner.catalog.model_catalog import model
+    from planner.designs.kv_cache import KVCacheSpec, site_workload
+    from planner.serving.sessions import SessionWorkload
+
+    w = SessionWorkload(rate=20.0, sessions={"preset": "coding_agent", "max_context": 131072})
+    m = model("llama-3.1-70b")
+    hits = [site_workload(m, w, KVCacheSpec(), "h200", 8, 1, k, "fp8", None).prefix_hit for k in (1, 2, 4, 8, 16)]
+    assert all(b >= a for a, b in zip(hits, hits[1:], strict=False)) and hits[-1] > hits[0]
+
+
+def load_scenario_text(text, root):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "s.yaml"
+        f.write_text(text)
+        return load_scenario(f)
+
+
+def test_kv_cache_without_sessions_exits_2(tmp_path):
+    scn = _write(tmp_path, "plainkv", f"  rate: 12\n  input: {LENGTHS[0]}\n  output: {LENGTHS[1]}")
+    scn.write_text(scn.read_text() + "kv_cache: {tiers: [hbm]}\n")
+    r = CliRunner().invoke(app, ["plan", str(scn)])
+    assert r.exit_code == 2 and "session workload" in r.output

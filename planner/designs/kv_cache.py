@@ -249,3 +249,17 @@ def capacity_curve(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KV
                          analytic_hit_rate=hit_rate(p, scale * tokens).tolist(), simulated_hit_rate=sim.tolist(),
                          upper_bound=p.upper_bound, plan_gb_per_accelerator=gb,
                          sessions_per_s_per_instance=rate)
+
+
+def site_workload(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hardware: str, tp: int, ep: int,
+                  instances: int, weight_dtype, kv_dtype) -> SessionWorkload:
+    """``w`` with the hit rate of a fixed site (``instances`` of ``hardware``), for designs whose
+    pools are given rather than searched (PrfaaS). The running batch is not subtracted from HBM
+    (an optimistic cache size: the design sizes its decode batch itself)."""
+    hw = get_hardware(hardware)
+    dtypes = resolve_dtypes(model, weight_dtype, kv_dtype)
+    tiers = instance_tiers(model, hw, Layout.of(tp, ep if model.moe is not None else 1, 1), dtypes, spec.tiers,
+                           spec.platform or hw.name, 0.0, spec.capacity_per_accelerator)
+    p = ReuseProfile.of(w.stream(), w.session_rate, _think(w)).at_rate(w.session_rate / instances)
+    tokens = sum(t.tokens for t in tiers)
+    return with_hits(w, float(hit_rate(p, tokens)[0]), float(characteristic_time(p, tokens)[0]))

@@ -146,16 +146,11 @@ class Sessions(Frozen):
                 raise ValueError(f"sessions need {', '.join(missing)} (or a preset, or a trace)")
         return self
 
-    # -- moments the analytic cache model uses --------------------------------------------------
-    def moments(self) -> SessionMoments:
+    @property
+    def mean_turns(self) -> float:
+        """E[turns per session] of the turn-count distribution (before ``max_context`` cuts)."""
         n, pn = self.turns.support()
-        u, pu = self.new_input.support()
-        o, po = self.output.support()
-        u1, pu1 = (self.first_input or self.new_input).support()
-        mu, mo, mu1 = float(pu @ u), float(po @ o), float(pu1 @ u1)
-        return SessionMoments(
-            mean_turns=float(pn @ n), mean_pairs=float(pn @ ((n - 1) * (n - 2) / 2)), first=mu1 + self.output_kept * mo,
-            step=mu + self.output_kept * mo, mean_new=mu, mean_first_new=mu1, system=float(self.system_prompt))
+        return float(pn @ n)
 
     def stream(self, n_sessions: int, session_rate: float, seed: int) -> SessionStream:
         """``n_sessions`` sessions starting as a Poisson process of ``session_rate`` per second."""
@@ -176,36 +171,6 @@ class Sessions(Frozen):
         gap = np.where(first, 0.0, self.think.sample(total, rng))
         return _assemble(sid, first, starts[sid], gap, new, out, self.system_prompt, self.output_kept,
                          self.max_context)
-
-
-@dataclass(frozen=True)
-class SessionMoments:
-    """Per-session expectations: turns ``E[N]``, ``E[(N-1)(N-2)/2]``, history after turn 1
-    (``first``) and added by each later turn (``step``), new tokens, system prompt."""
-
-    mean_turns: float
-    mean_pairs: float
-    first: float
-    step: float
-    mean_new: float
-    mean_first_new: float
-    system: float
-
-    @property
-    def history_tokens(self) -> float:
-        """E[sum over turns k >= 2 of h_{k-1}]: the history tokens a session resends."""
-        return self.first * (self.mean_turns - 1) + self.step * self.mean_pairs
-
-    @property
-    def prompt_tokens(self) -> float:
-        """E[sum of a session's prompt tokens]."""
-        return (self.mean_turns * self.system + self.mean_first_new + (self.mean_turns - 1) * self.mean_new
-                + self.history_tokens)
-
-    @property
-    def last_history(self) -> float:
-        """E[h_N]: the history a session leaves behind after its last turn."""
-        return self.first + self.step * (self.mean_turns - 1)
 
 
 @dataclass(frozen=True)
@@ -290,10 +255,8 @@ class SessionWorkload(Workload):
 
     @property
     def mean_turns(self) -> float:
-        if self.sessions.trace is not None:
-            s = self.stream()
-            return len(s.session) / len(np.unique(s.session))
-        return self.sessions.moments().mean_turns
+        s = self.stream()
+        return len(s.session) / len(np.unique(s.session))
 
     @property
     def request_rate(self) -> float:
@@ -307,7 +270,7 @@ class SessionWorkload(Workload):
         return self.request_rate / self.mean_turns
 
     def stream(self, n_sessions: int = SUPPORT_SESSIONS, seed: int = _SUPPORT_SEED) -> SessionStream:
-        rate = self.rate / self.sessions.moments().mean_turns if self.sessions.trace is None else 1.0
+        rate = self.rate / self.sessions.mean_turns if self.sessions.trace is None else 1.0
         return _cached_stream(self.sessions.model_dump_json(), n_sessions, rate, seed)
 
     def independent(self) -> Workload | None:
