@@ -156,3 +156,20 @@ def test_per_turn_hits_average_to_the_aggregate():
     assert (h * s.input_len).sum() / s.input_len.sum() == pytest.approx(hit_rate(p, cap)[0], rel=1e-3)
     first = s.turn == 0
     assert np.allclose(h[first], np.minimum(s.system_prompt / s.input_len[first], 0.999))
+
+
+def test_tier_capacity_and_load_time_hand_derived():
+    """H200 host DRAM: 2 TB per 8-GPU node, half usable = 125 GB per GPU. Llama-3.1-70B, bf16 KV at
+    TP8: 80 layers x 2 (K,V) x 1 KV head x 128 x 2 B = 40,960 B per token per GPU, so 125e9 /
+    40,960 = 3,051,758 tokens; PCIe Gen5 x16 63 GB/s x 0.8 = 50.4 GB/s: 40,960 / 50.4e9 s/token."""
+    from planner.catalog.hardware import hardware
+    from planner.catalog.model_catalog import model
+    from planner.perf.estimate import resolve_dtypes
+    from planner.perf.kv_tiers import instance_tiers
+    from planner.perf.parallel import Layout
+
+    m = model("llama-3.1-70b")
+    (dram,) = instance_tiers(m, hardware("h200"), Layout.of(8), resolve_dtypes(m, "fp8", "bf16"), ["host_dram"],
+                             "h200", 0.0)
+    assert dram.tokens == pytest.approx(125e9 / 40960)
+    assert dram.load_s_per_token == pytest.approx(40960 / 50.4e9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
@@ -122,3 +123,18 @@ def test_kv_cache_without_sessions_exits_2(tmp_path):
     scn.write_text(scn.read_text() + "kv_cache: {tiers: [hbm]}\n")
     r = CliRunner().invoke(app, ["plan", str(scn)])
     assert r.exit_code == 2 and "session workload" in r.output
+
+
+def test_plan_from_a_session_trace(tmp_path):
+    """A synthetic trace: 200 sessions of 4 turns 30 s apart, each turn adding 300 + 100 tokens to a
+    500-token system prompt. Upper bound: (4 x 500 + 400 + 800 + 1200) / (800 + 1200 + 1600 + 2000)."""
+    rows = ["session_id,timestamp,input_tokens,output_tokens"]
+    for s in range(200):
+        for k in range(4):
+            rows.append(f"s{s},{s * 2 + 30 * k},{500 + 400 * k + 300},100")
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    scn = _write(tmp_path, "trace", "  sessions: {trace: t.csv, system_prompt: 500}")
+    r = run_scenario(load_scenario(scn))
+    assert r.cache.upper_bound == pytest.approx(4400 / 5600)
+    assert r.cache.hit_rate <= r.cache.upper_bound + 1e-9
+    assert abs(r.cache.hit_rate - r.cache.simulated_hit_rate) < 0.10

@@ -28,7 +28,7 @@ from planner.perf.kv_tiers import Tier, instance_tiers
 from planner.perf.parallel import Layout
 from planner.serving.cache_sim import BLOCK_TOKENS, replay
 from planner.serving.prefix_cache import ReuseProfile, capacity_for, characteristic_time, hit_rate, tier_hit_rates
-from planner.serving.sessions import SessionWorkload
+from planner.serving.sessions import SessionStream, SessionWorkload
 from planner.serving.workload import length_stats
 from planner.units import parse_quantity
 
@@ -219,8 +219,14 @@ def simulated(w: SessionWorkload, session_rate: float, tier_tokens: list[float])
 
 
 def _sim_stream(w: SessionWorkload, session_rate: float):
-    """A fresh sample (its own seed) of the session model at this rate, or the trace itself."""
-    return w.sessions.stream(SIM_SESSIONS, session_rate, SIM_SEED) if w.sessions.trace is None else w.stream()
+    """A fresh sample (its own seed) of the session model at this rate; for a trace, the sessions
+    one of ``k = lambda_s / rate`` instances gets under session-affine routing (every k-th)."""
+    if w.sessions.trace is None:
+        return w.sessions.stream(SIM_SESSIONS, session_rate, SIM_SEED)
+    s = w.stream()
+    k = max(1, round(w.session_rate / session_rate))
+    keep = s.session % k == 0
+    return SessionStream(**{f: (v[keep] if isinstance(v, np.ndarray) else v) for f, v in vars(s).items()})
 
 
 class CapacityCurve(BaseModel):
