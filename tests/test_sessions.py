@@ -173,3 +173,17 @@ def test_tier_capacity_and_load_time_hand_derived():
                              "h200", 0.0)
     assert dram.tokens == pytest.approx(125e9 / 40960)
     assert dram.load_s_per_token == pytest.approx(40960 / 50.4e9)
+
+
+def test_inclusive_tiers_reach_only_their_own_size():
+    """Write-through DRAM of 3 units behind 1 unit of HBM reaches depth 3 (not 4); one of 0.5
+    units (smaller than HBM) serves nothing. Exclusive tiers add up."""
+    from planner.serving.prefix_cache import tier_bounds
+
+    assert tier_bounds([1.0, 3.0]).tolist() == [1.0, 4.0]
+    assert tier_bounds([1.0, 3.0], inclusive=True).tolist() == [1.0, 3.0]
+    w = SessionWorkload(rate=3.0, sessions=Sessions(preset="coding_agent"))
+    p = ReuseProfile.of(w.stream(), w.session_rate, w.sessions.think)
+    inc = tier_hit_rates(p, [1e6, 3e6], inclusive=True)
+    assert inc.sum() == pytest.approx(hit_rate(p, 3e6)[0])
+    assert tier_hit_rates(p, [1e6, 5e5], inclusive=True)[1] == 0.0

@@ -27,7 +27,14 @@ from planner.perf.estimate import resolve_dtypes
 from planner.perf.kv_tiers import Tier, instance_tiers
 from planner.perf.parallel import Layout
 from planner.serving.cache_sim import BLOCK_TOKENS, replay
-from planner.serving.prefix_cache import ReuseProfile, capacity_for, characteristic_time, hit_rate, tier_hit_rates
+from planner.serving.prefix_cache import (
+    ReuseProfile,
+    capacity_for,
+    characteristic_time,
+    hit_rate,
+    tier_bounds,
+    tier_hit_rates,
+)
 from planner.serving.sessions import SessionStream, SessionWorkload
 from planner.serving.workload import length_stats
 from planner.units import parse_quantity
@@ -46,6 +53,12 @@ class KVCacheSpec(Frozen):
         {}, description="override an offload tier's size per accelerator, e.g. {host_dram: 256 GB}")
     target_hit: float | None = Field(None, gt=0, lt=1, description="report the capacity this hit rate needs")
     simulate: bool = Field(True, description="check the analytic hit rate with the block-level LRU replay")
+    inclusive: bool = Field(False, description="slower tiers also hold what faster ones hold (write-through, "
+                            "LMCache / vLLM CPU offload); default: exclusive, victims demoted")
+
+    def reach_tokens(self, tiers: list[Tier]) -> float:
+        """How deep in the LRU stack the tiers together reach."""
+        return float(tier_bounds([t.tokens for t in tiers], self.inclusive)[-1])
 
     @field_validator("capacity_per_accelerator", mode="before")
     @classmethod
@@ -167,7 +180,7 @@ def with_hits(w: SessionWorkload, hit: float, ttl: float | None) -> SessionWorkl
 def _hit(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
          k: int) -> tuple[float, float]:
     """Hit rate and characteristic time of ``d``'s tiers with ``k`` instances."""
-    tokens = sum(t.tokens for t in deployment_tiers(model, d, w, spec))
+    tokens = spec.reach_tokens(deployment_tiers(model, d, w, spec))
     p = profile.at_rate(w.session_rate / k)
     return float(hit_rate(p, tokens)[0]), float(characteristic_time(p, tokens)[0])
 
@@ -191,13 +204,13 @@ def cache_report(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCa
     rate = w.session_rate / d.instances
     p = profile.at_rate(rate)
     sizes = [t.tokens for t in tiers]
-    per_tier = tier_hit_rates(p, sizes)
-    sim = simulated(w, rate, sizes) if spec.simulate else None
+    per_tier = tier_hit_rates(p, sizes, spec.inclusive)
+    sim = simulated(w, rate, tier_bounds(sizes, spec.inclusive)) if spec.simulate else None
     mean_prompt = p.prompt_tokens / p.turns
     target = None
     if spec.target_hit is not None:
         need = capacity_for(p, spec.target_hit)
-        per_token = tiers[0].bytes_per_accelerator / max(tiers[0].tokens, 1e-9) if tiers[0].tokens else 0.0
+        per_token = _bytes_per_token(tiers)
         target = need * per_token / 1e9 if np.isfinite(need) and per_token else float("inf")
     return CacheReport(
         hit_rate=float(per_tier.sum()), simulated_hit_rate=None if sim is None else float(sim.sum()),
@@ -206,16 +219,22 @@ def cache_report(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCa
                           / 1e9, hit_rate=float(h), simulated_hit_rate=None if sim is None else float(s),
                           load_s_per_token=t.load_s_per_token)
                for t, h, s in zip(tiers, per_tier, sim if sim is not None else [None] * len(tiers), strict=True)],
-        sessions_per_s_per_instance=rate, characteristic_time_s=float(characteristic_time(p, sum(sizes))[0]),
+        sessions_per_s_per_instance=rate,
+        characteristic_time_s=float(characteristic_time(p, spec.reach_tokens(tiers))[0]),
         prefill_tokens_saved_per_s=float(per_tier.sum() * mean_prompt * w.request_rate),
         mean_load_s=float(sum(h * mean_prompt * t.load_s_per_token for h, t in zip(per_tier, tiers, strict=True))),
         mean_prompt_tokens=mean_prompt, target_hit=spec.target_hit, capacity_for_target_gb_per_accelerator=target,
         fixed_point_iterations=iterations)
 
 
-def simulated(w: SessionWorkload, session_rate: float, tier_tokens: list[float]) -> np.ndarray:
+def _bytes_per_token(tiers: list[Tier]) -> float:
+    """Bytes one cached token takes on one accelerator (the same in every tier)."""
+    return next((t.bytes_per_accelerator / t.tokens for t in tiers if t.tokens > 0), 0.0)
+
+
+def simulated(w: SessionWorkload, session_rate: float, bounds_tokens) -> np.ndarray:
     """Per-tier hit rates of the block-level LRU replay of a fresh session sample at this rate."""
-    return replay(_sim_stream(w, session_rate), BLOCK_TOKENS).tier_hit_rates(tier_tokens)
+    return replay(_sim_stream(w, session_rate), BLOCK_TOKENS).tier_hit_rates(bounds_tokens)
 
 
 def _sim_stream(w: SessionWorkload, session_rate: float):
@@ -245,8 +264,8 @@ def capacity_curve(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KV
                    points: int = 24) -> CapacityCurve:
     """Analytic and simulated hit rates from 1% to 4x the deployment's cache (log grid)."""
     tiers = deployment_tiers(model, d, w, spec)
-    tokens = sum(t.tokens for t in tiers)
-    gb = sum(t.bytes_per_accelerator for t in tiers) / 1e9
+    tokens = spec.reach_tokens(tiers)
+    gb = tokens * _bytes_per_token(tiers) / 1e9
     rate = w.session_rate / d.instances
     p = ReuseProfile.of(w.stream(), w.session_rate, _think(w)).at_rate(rate)
     scale = np.geomspace(0.01, 4.0, points)
@@ -267,5 +286,5 @@ def site_workload(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hardw
     tiers = instance_tiers(model, hw, Layout.of(tp, ep if model.moe is not None else 1, 1), dtypes, spec.tiers,
                            spec.platform or hw.name, 0.0, spec.capacity_per_accelerator)
     p = ReuseProfile.of(w.stream(), w.session_rate, _think(w)).at_rate(w.session_rate / instances)
-    tokens = sum(t.tokens for t in tiers)
+    tokens = spec.reach_tokens(tiers)
     return with_hits(w, float(hit_rate(p, tokens)[0]), float(characteristic_time(p, tokens)[0]))

@@ -42,8 +42,9 @@ class Replay:
         hits = (sys_hit * len(self.depth) + hist.sum(axis=1)) * self.block_tokens
         return hits / self.prompt_tokens.sum()
 
-    def tier_hit_rates(self, tier_tokens: list[float]) -> np.ndarray:
-        return np.diff(np.concatenate([[0.0], self.hit_rate(np.cumsum(np.asarray(tier_tokens, float)))]))
+    def tier_hit_rates(self, bounds_tokens) -> np.ndarray:
+        """Hits per tier, given where each tier's reach ends in the stack (``prefix_cache.tier_bounds``)."""
+        return np.diff(np.concatenate([[0.0], self.hit_rate(np.asarray(bounds_tokens, float))]))
 
 
 def replay(stream: SessionStream, block_tokens: int = BLOCK_TOKENS, warmup_frac: float = 0.2) -> Replay:

@@ -108,9 +108,17 @@ def hit_rate(p: ReuseProfile, capacity_tokens) -> np.ndarray:
     return (system_hits + p._reused(t)) / (p.prompt_tokens / p.sessions)
 
 
-def tier_hit_rates(p: ReuseProfile, tier_tokens: list[float]) -> np.ndarray:
-    """Hit rate served by each tier of a demoting LRU hierarchy (tiers listed fastest first)."""
-    cumulative = hit_rate(p, np.cumsum(np.asarray(tier_tokens, float)))
+def tier_bounds(tier_tokens: list[float], inclusive: bool = False) -> np.ndarray:
+    """LRU-stack depth (tokens) where each tier's reach ends. Exclusive tiers (each demotes its
+    victims to the next) add up; an inclusive tier (written through: host DRAM also holds what HBM
+    holds, as LMCache and vLLM's CPU offload do) reaches only as deep as its own size."""
+    t = np.asarray(tier_tokens, float)
+    return np.maximum.accumulate(t) if inclusive else np.cumsum(t)
+
+
+def tier_hit_rates(p: ReuseProfile, tier_tokens: list[float], inclusive: bool = False) -> np.ndarray:
+    """Hit rate served by each tier of an LRU hierarchy (tiers listed fastest first)."""
+    cumulative = hit_rate(p, tier_bounds(tier_tokens, inclusive))
     return np.diff(np.concatenate([[0.0], cumulative]))
 
 
