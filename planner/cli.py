@@ -446,6 +446,43 @@ def compare(scenarios: list[str] = typer.Argument(..., help="Two or more scenari
 
 
 @app.command()
+@_guard
+def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a session workload."),
+             json_out: bool = typer.Option(False, "--json", help="Print {plan, curve} as JSON."),
+             plot: str | None = typer.Option(None, "--plot", help="Draw the capacity-vs-hit-rate curve into this "
+                                             "image file (needs matplotlib).")) -> None:
+    """Prefix cache of a session workload: hit rate per KV tier, simulator check, capacity curve."""
+    from planner.catalog.model_catalog import model as get_model
+    from planner.designs.kv_cache import KVCacheSpec, capacity_curve, with_hits
+    from planner.errors import InputError
+    from planner.report import print_json
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+    from planner.serving.sessions import SessionWorkload
+
+    scn = load_scenario(scenario)
+    if not isinstance(scn.workload, SessionWorkload) or scn.design.type != "colocated":
+        raise InputError(f"{scenario}: 'planner sessions' needs a colocated scenario with workload.sessions")
+    if plot:
+        from planner.plots import _pyplot
+
+        _pyplot()
+    result = run_scenario(scn)
+    w = with_hits(scn.workload, result.cache.hit_rate, result.cache.characteristic_time_s)
+    curve = capacity_curve(get_model(scn.model), result.best, w, scn.kv_cache or KVCacheSpec())
+    if json_out:
+        print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})
+    else:
+        from planner.sessions_report import print_sessions
+
+        print_sessions(result, curve)
+    if plot:
+        from planner.sessions_report import plot_curve
+
+        plot_curve(result, curve, plot)
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of the scenario format."""
     from planner.report import print_json

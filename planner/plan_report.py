@@ -51,6 +51,11 @@ def print_plan(r: PlanResult) -> None:
                       str(a.accelerators), f"{a.usd_per_h:,.1f}", f"{a.usd_per_million_output_tokens:.3f}",
                       si(a.ttft_s["p90"], "s"), si(a.tpot_s["p90"], "s"), a.binding)
         out.print(t)
+    if getattr(r, "cache", None) is not None:
+        c = r.cache
+        tiers = ", ".join(f"{t.tier} {t.hit_rate:.1%}" for t in c.tiers)
+        out.print(f"prefix cache: {c.hit_rate:.1%} of prompt tokens hit ({tiers}; bound {c.upper_bound:.1%}); "
+                  "details: planner sessions SCENARIO")
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")
 

@@ -7,10 +7,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
-from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
+from planner.designs.colocated import Deployment, SimCheck, plan_colocated, rescaled, verify_by_simulation
+from planner.designs.kv_cache import CacheReport
 from planner.errors import InputError
 from planner.perf.cost import PriceQuote
 from planner.scenario import Scenario, load_scenario
+from planner.serving.sessions import SessionWorkload
 from planner.serving.workload import length_stats
 
 
@@ -29,6 +31,7 @@ class PlanResult(BaseModel):
     notes: list[str] = []
     prices: list[PriceQuote] = []
     certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
+    cache: CacheReport | None = None      # session workloads: the prefix cache of one instance
 
 
 def run_scenario(scn: Scenario | str | Path):
@@ -84,7 +87,14 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
     if scn.design.type == "prfaas":
         from planner.designs.prfaas import plan_prfaas
 
-        return plan_prfaas(m, scn.design, scn.workload, rates, scn.name)
+        workload = scn.workload
+        if isinstance(workload, SessionWorkload):   # sessions: the hit rate of the local site's KV tiers
+            from planner.designs.kv_cache import KVCacheSpec, site_workload
+
+            site = scn.design.local
+            workload = site_workload(m, workload, scn.kv_cache or KVCacheSpec(), site.hardware, site.tp, site.ep,
+                                     site.instances, scn.design.weight_dtype, scn.design.kv_dtype)
+        return plan_prfaas(m, scn.design, workload, rates, scn.name)
     if scn.design.type == "distserve":
         from planner.designs.distserve import plan_distserve
 
@@ -109,8 +119,16 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
                                s.weight_dtype, s.kv_dtype, scn.name)
     s = scn.search
     assert s is not None
-    deployments = plan_colocated(m, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
-                                 s.weight_dtype, s.kv_dtype, s.max_instances)
+    workload, cache = scn.workload, None
+    if isinstance(workload, SessionWorkload):     # hit rate and deployment at a fixed point
+        from planner.designs.kv_cache import KVCacheSpec, plan_with_cache
+
+        args = dict(slo=scn.slo, engine=scn.engine, cost=scn.cost, hardware=s.hardware, tp=s.tp, ep=s.ep, pp=s.pp,
+                    weight_dtypes=s.weight_dtype, kv_dtype=s.kv_dtype, max_instances=s.max_instances)
+        deployments, workload, cache = plan_with_cache(m, workload, scn.kv_cache or KVCacheSpec(), args)
+    else:
+        deployments = plan_colocated(m, workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
+                                     s.weight_dtype, s.kv_dtype, s.max_instances)
     best = deployments[0]
     seen, alternatives = set(), []
     for d in deployments[1:]:
@@ -118,7 +136,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         if key not in seen and len(alternatives) < 8:
             seen.add(key)
             alternatives.append(d)
-    stats = length_stats(scn.workload)
+    stats = length_stats(workload)
     notes, sim = [], None
     if scn.engine.mtp_tokens:
         notes.append(f"decode with {scn.engine.mtp_tokens} MTP draft token(s), {scn.engine.mtp_acceptance:.0%} "
@@ -127,33 +145,24 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
     if scn.simulate is not None:
         spec = scn.simulate
         for extra in range(spec.max_extra_instances + 1):
-            sim = verify_by_simulation(m, best, scn.workload, scn.slo, scn.engine, spec.requests, spec.seed,
+            sim = verify_by_simulation(m, best, workload, scn.slo, scn.engine, spec.requests, spec.seed,
                                        instances=analytic_k + extra)
             if sim.meets_slo:
                 break
         if sim.instances != analytic_k:
             notes.append(f"the simulator needed {sim.instances} instances where the analytic model chose "
                          f"{analytic_k}; the deployment below is scaled to {sim.instances}")
-            best = _rescaled(best, sim.instances)
+            best = rescaled(best, sim.instances)
             # the alternatives were sized by the same analytic model: apply the same correction, so
             # none looks cheaper than the pick only because it was not simulated
-            alternatives = [_rescaled(d, -(-d.instances * sim.instances // analytic_k)) for d in alternatives]
+            alternatives = [rescaled(d, -(-d.instances * sim.instances // analytic_k)) for d in alternatives]
             notes.append("alternatives scaled by the same simulator correction (not simulated themselves)")
         if not sim.meets_slo:
             notes.append("the simulator still sees SLO violations: " + "; ".join(sim.violations))
-    return PlanResult(scenario=scn.name, design=scn.design.type, model=m.name, rate=scn.workload.request_rate,
+    return PlanResult(scenario=scn.name, design=scn.design.type, model=m.name, rate=workload.request_rate,
                       mean_input_tokens=stats.mean_input, mean_output_tokens=stats.mean_output, best=best,
-                      alternatives=alternatives, analytic_instances=analytic_k, simulation=sim, notes=notes)
-
-
-def _rescaled(d: Deployment, k: int) -> Deployment:
-    f = k / d.instances
-    return d.model_copy(update=dict(
-        instances=k, accelerators=d.accelerators * k // d.instances, rate_per_instance=d.rate_per_instance / f,
-        usd_per_h=d.usd_per_h * f, usd_per_million_output_tokens=d.usd_per_million_output_tokens * f,
-        usd_per_million_tokens=d.usd_per_million_tokens * f, avg_power_w=d.avg_power_w * f,
-        peak_power_w=d.peak_power_w * f, provisioned_power_w=d.provisioned_power_w * f,
-        output_tokens_per_joule=d.output_tokens_per_joule / f))
+                      alternatives=alternatives, analytic_instances=analytic_k, simulation=sim, notes=notes,
+                      cache=cache)
 
 
 def headline(result) -> dict:

@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.distserve import DistServeSpec
 from planner.designs.fleet import FleetSpec
 from planner.designs.horizon_spec import HorizonSpec
+from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
@@ -25,6 +26,7 @@ from planner.errors import InputError, PlannerError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.serving.batching import Engine
+from planner.serving.sessions import SessionWorkload
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload
 from planner.yamlio import load_yaml, validation_error
@@ -85,11 +87,20 @@ Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloS
                    Field(discriminator="type")]
 
 
+def _workload_kind(v: Any) -> str:
+    has = v.get("sessions") is not None if isinstance(v, dict) else isinstance(v, SessionWorkload)
+    return "sessions" if has else "requests"
+
+
+AnyWorkload = Annotated[Annotated[Workload, Tag("requests")] | Annotated[SessionWorkload, Tag("sessions")],
+                        Discriminator(_workload_kind)]
+
+
 class Scenario(Frozen):
     name: str
     description: str = ""
     model: str = Field(description="catalog name or a local HuggingFace config.json")
-    workload: Workload
+    workload: AnyWorkload
     slo: SLO
     engine: Engine = Engine()
     search: SearchSpace | None = Field(None, description="candidates of the colocated design")
@@ -114,6 +125,7 @@ class Scenario(Frozen):
             except PlannerError as e:
                 raise ValueError(str(e)) from None
         return {hw: _resolve(path, info) for hw, path in v.items()}
+    kv_cache: KVCacheSpec | None = Field(None, description="prefix-cache tiers of a session workload")
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
@@ -121,6 +133,8 @@ class Scenario(Frozen):
         needs = self.design.type in ("colocated", "slo-search", "fleet", "horizon") and not own_pools
         if needs and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
+        if self.kv_cache is not None and not isinstance(self.workload, SessionWorkload):
+            raise ValueError("kv_cache applies to a session workload (workload.sessions); give prefix_hit otherwise")
         return self
 
     @model_validator(mode="after")
@@ -149,6 +163,8 @@ class Scenario(Frozen):
             v = dict(v)
             if isinstance(v.get("trace"), str):
                 v["trace"] = _resolve(v["trace"], info)
+            if isinstance(v.get("sessions"), dict) and isinstance(v["sessions"].get("trace"), str):
+                v["sessions"] = {**v["sessions"], "trace": _resolve(v["sessions"]["trace"], info)}
             for key in ("input", "output"):
                 if isinstance(v.get(key), dict) and isinstance(v[key].get("trace"), str):
                     v[key] = {**v[key], "trace": _resolve(v[key]["trace"], info)}

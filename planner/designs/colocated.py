@@ -184,6 +184,17 @@ def _why_infeasible(model: ModelSpec, evaluated: list[_Evaluated], slo: SLO, rat
             "raise it or relax the SLOs")
 
 
+def rescaled(d: Deployment, k: int) -> Deployment:
+    """``d`` with ``k`` instances at the same per-instance operating point scaled (cost, power)."""
+    f = k / d.instances
+    return d.model_copy(update=dict(
+        instances=k, accelerators=d.accelerators * k // d.instances, rate_per_instance=d.rate_per_instance / f,
+        usd_per_h=d.usd_per_h * f, usd_per_million_output_tokens=d.usd_per_million_output_tokens * f,
+        usd_per_million_tokens=d.usd_per_million_tokens * f, avg_power_w=d.avg_power_w * f,
+        peak_power_w=d.peak_power_w * f, provisioned_power_w=d.provisioned_power_w * f,
+        output_tokens_per_joule=d.output_tokens_per_joule / f))
+
+
 class SimCheck(BaseModel):
     """The simulator's verdict on a deployment (percentiles from simulated requests)."""
 

@@ -45,7 +45,8 @@ class Site(Frozen):
     tp: int = Field(8, ge=1)
     ep: int = Field(1, ge=1)
     instances: int = Field(ge=1)
-    prefix_hit: float = Field(0.0, ge=0, lt=1, description="fraction of prompt tokens cached at this site")
+    prefix_hit: float | None = Field(None, ge=0, lt=1, description="fraction of prompt tokens cached at this site "
+                                     "(default: the workload's prefix_hit, which a session workload derives)")
 
 
 class Link(Frozen):
@@ -167,6 +168,8 @@ def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_
                 name: str) -> PrfaasResult:
     dtypes = DTypes(weight=spec.weight_dtype, kv=spec.kv_dtype)
     notes = []
+    spec = spec.model_copy(update={s: getattr(spec, s).model_copy(update={"prefix_hit": workload.prefix_hit})
+                                   for s in ("local", "remote") if getattr(spec, s).prefix_hit is None})
     sys_, parts = _evaluate(model, spec, workload, dtypes, usd_per_h, spec.link)
     prfaas, homog, naive = sys_
     gains = {

@@ -162,6 +162,10 @@ class Workload(Frozen):
     def with_rate(self, rate: float) -> Workload:
         return self.model_copy(update={"rate": rate})
 
+    def support_hits(self):
+        """Prefix-hit fraction of each request of ``joint_support`` (one figure for all here)."""
+        return self.prefix_hit
+
     def joint_support(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(input lengths, output lengths, probabilities) of the request mix."""
         t = self._trace()
@@ -243,7 +247,7 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q) -> np.ndarray:
 
 def length_stats(w: Workload) -> LengthStats:
     i, o, p = w.joint_support()
-    return length_stats_of(i, o, p, w.prefix_hit)
+    return length_stats_of(i, o, p, w.support_hits())
 
 
 def length_stats_of(i: np.ndarray, o: np.ndarray, p: np.ndarray, prefix_hit: float = 0.0) -> LengthStats:
