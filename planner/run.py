@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
-from planner.designs.colocated import Deployment, SimCheck, plan_colocated, verify_by_simulation
+from planner.designs.colocated import Deployment, SimCheck, search_colocated, verify_by_simulation
 from planner.scenario import Scenario
 from planner.serving.workload import length_stats
 
@@ -59,8 +59,8 @@ def run_scenario(scn: Scenario):
                                s.weight_dtype, s.kv_dtype, scn.name)
     s = scn.search
     assert s is not None
-    deployments = plan_colocated(m, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
-                                 s.weight_dtype, s.kv_dtype, s.max_instances)
+    deployments = search_colocated(m, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
+                                   s.weight_dtype, s.kv_dtype, s.max_instances, top=9).deployments
     best = deployments[0]
     seen, alternatives = set(), []
     for d in deployments[1:]:
