@@ -1,63 +1,20 @@
-"""The slo-search as it was before streaming (every SLO-meeting point kept in memory), kept
-unchanged as the oracle the streaming search must equal. Original docstring:
-
-SLO-aware search, aggregated vs disaggregated (the question NVIDIA's aiconfigurator answers):
-for fixed input/output lengths and TTFT / TPOT bounds, which deployment gives the most output
-tokens/s per accelerator, on each hardware, with prefill and decode together (aggregated, the
-colocated steady state) or on separate instances (disaggregated: a prefill pool sized for the
-TTFT bound, a decode pool for the TPOT bound, KV shipped over the NICs)?
-
-Every (hardware, layout, dtype) is evaluated as numpy arrays in one pass; per-GPU throughput of a
-disaggregated pair is ``1 / (1 / r_prefill + 1 / r_decode)`` (accelerator-seconds per request
-add), and the two pools are chosen independently since each bound binds one pool only.
-"""
+"""The slo-search as it was before streaming (every SLO-meeting point of every candidate kept in
+memory as columns, then reduced once), kept unchanged as the oracle the streaming search in
+planner/designs/slo_search.py must equal. Its result types are the module's own."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
-from planner.frozen import Frozen
+from planner.designs.slo_search import Config, SloSearchResult, SloSearchSpec
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.search import candidates, pareto_front
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import serving_curve, slo_ok
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload, length_stats
-
-
-class SloSearchSpec(Frozen):
-    type: Literal["slo-search"] = "slo-search"
-    modes: list[Literal["aggregated", "disaggregated"]] = ["aggregated", "disaggregated"]
-    prefill_utilization: list[float] = Field([0.2, 0.4, 0.6, 0.8, 0.9], description="prefill pool loads tried")
-
-
-class Config(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
-    mode: str
-    hardware: str
-    weight_dtype: str
-    layout: str                      # "tp8" or "prefill tp2 x4 + decode tp8"
-    tokens_per_s_per_gpu: float      # output tokens
-    tokens_per_s_per_user: float     # 1 / TPOT
-    ttft_s: float
-    tpot_s: float
-    requests_per_s_per_gpu: float
-
-
-class SloSearchResult(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
-    scenario: str
-    design: Literal["slo-search"] = "slo-search"
-    model: str
-    candidates: int                  # layouts x dtypes x hardware evaluated (each a full load curve)
-    best: list[Config]               # best per (hardware, mode)
-    pareto: list[Config]             # tokens/s/GPU vs tokens/s/user, all hardware and modes
-    verdict: str
 
 
 def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, slo: SLO, engine: Engine,
