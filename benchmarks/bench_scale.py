@@ -68,8 +68,9 @@ def run_one(size: int, design: str) -> dict:
                             None, "bench")
         n = r.candidates
     else:
-        r = search_colocated(m, wl, slo, Engine(), CostModel(), s["hardware"], s["tp"], s["ep"], s["pp"], dts,
-                             top=9)
+        # profiles without a public rental price: an assumed $2/device-hour (prices only rank here)
+        cost = CostModel(usd_per_h={h: 2.0 for h in set(s["hardware"]) if planner.hardware(h).price.rent is None})
+        r = search_colocated(m, wl, slo, Engine(), cost, s["hardware"], s["tp"], s["ep"], s["pp"], dts, top=9)
         n = r.candidates
     dt = time.perf_counter() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
