@@ -154,3 +154,18 @@ def test_parquet_output_and_resume(sweep_file, tmp_path):
 def test_bundled_sweep_loads():
     s = load_sweep(ROOT / "scenarios/sweeps/chat-grid.yaml")
     assert len(s.variants) == 36
+
+
+def test_whatif_and_plan_do_not_import_the_sweep_machinery():
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for cmd in (["whatif", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "4", "--input-len",
+                 "512", "--output-len", "64", "--json"],
+                ["plan", str(ROOT / "scenarios/llama70b-slo-search.yaml"), "--json"]):
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "planner", *cmd], capture_output=True,
+                           text=True, env=env, check=True)
+        modules = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time")}
+        assert "planner.cli" in modules
+        assert not {m for m in modules if m.startswith(("planner.sweep", "distributed", "dask", "pyarrow"))}
