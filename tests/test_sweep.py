@@ -169,3 +169,13 @@ def test_whatif_and_plan_do_not_import_the_sweep_machinery():
         modules = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time")}
         assert "planner.cli" in modules
         assert not {m for m in modules if m.startswith(("planner.sweep", "distributed", "dask", "pyarrow"))}
+
+
+def test_batches_cover_every_variant_once(sweep_file):
+    from planner.sweep.executors import batches
+
+    v = load_sweep(sweep_file).variants * 125            # 1,000 (ids repeat; only the grouping is checked)
+    for slots, size in ((2, 16), (64, 3), (1000, 1)):     # 1000 // (4 x slots), at most 16, at least 1
+        b = batches(v, slots)
+        assert {len(x) for x in b[:-1]} == {size}
+        assert [x[0] for batch in b for x in batch] == [u.id for u in v]

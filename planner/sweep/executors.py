@@ -5,6 +5,9 @@ finish (not in submission order):
 * ``local_processes``: a pool of N local worker processes (``concurrent.futures``);
 * ``dask``: a Dask distributed cluster at a scheduler address (``pip install "planner[dask]"``);
   every worker needs the same planner installed.
+
+The two pools get variants in small batches (``batches``): one task per variant costs a round
+trip each, which dominates when a variant takes tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ from collections.abc import Iterator
 
 from planner.errors import InputError
 from planner.sweep.spec import Variant
-from planner.sweep.task import run_variant
+from planner.sweep.task import run_variant, run_variants
+
+
+def batches(todo: list[Variant], slots: int, most: int = 16) -> list[list[tuple[str, dict, dict]]]:
+    """Variants grouped into tasks: about 4 tasks per worker slot (so the slots stay busy to the
+    end), at most ``most`` variants per task (so rows still arrive as the sweep goes)."""
+    size = max(1, min(most, len(todo) // max(4 * slots, 1)))
+    items = [(v.id, v.params, v.scenario) for v in todo]
+    return [items[k:k + size] for k in range(0, len(items), size)]
 
 
 def in_process(todo: list[Variant], base_dir: str) -> Iterator[dict]:
@@ -26,9 +37,9 @@ def local_processes(todo: list[Variant], base_dir: str, workers: int) -> Iterato
 
     pool = ProcessPoolExecutor(max_workers=workers)
     try:
-        futures = [pool.submit(run_variant, v.id, v.params, v.scenario, base_dir) for v in todo]
+        futures = [pool.submit(run_variants, b, base_dir) for b in batches(todo, workers)]
         for f in as_completed(futures):
-            yield f.result()
+            yield from f.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -43,9 +54,10 @@ def dask(todo: list[Variant], base_dir: str, scheduler: str) -> Iterator[dict]:
     except (OSError, TimeoutError) as e:
         raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     try:
-        futures = [client.submit(run_variant, v.id, v.params, v.scenario, base_dir, key=f"planner-sweep-{v.id}",
-                                 pure=False) for v in todo]
+        slots = sum(client.nthreads().values()) or 1
+        futures = [client.submit(run_variants, b, base_dir, key=f"planner-sweep-{b[0][0]}-{len(b)}", pure=False)
+                   for b in batches(todo, slots)]
         for f in as_completed(futures):
-            yield f.result()
+            yield from f.result()
     finally:
         client.close()

@@ -36,3 +36,9 @@ def run_variant(vid: str, params: dict, scenario: dict, base_dir: str) -> dict:
         row |= {"status": "infeasible" if e.exit_code == 1 else "error", "message": str(e)}
     row["seconds"] = time.perf_counter() - t
     return row
+
+
+def run_variants(batch: list[tuple[str, dict, dict]], base_dir: str) -> list[dict]:
+    """Rows of several variants ``(id, params, scenario)``: one task for a pool or a Dask worker,
+    so that short variants do not pay a scheduling round trip each."""
+    return [run_variant(vid, params, scenario, base_dir) for vid, params, scenario in batch]
