@@ -136,3 +136,15 @@ def test_streaming_colocated_top_equals_in_memory(model, hardware, tp, pp, rate,
     assert [d.model_dump() for d in got] == [d.model_dump() for d in want[:top]]
     every = search_colocated(*args, block=block).deployments
     assert [d.model_dump() for d in every] == [d.model_dump() for d in want]
+
+
+def test_slo_search_on_two_processes_equals_one():
+    wl = Workload(rate=1, input={"dist": "fixed", "value": 2000}, output={"dist": "fixed", "value": 300})
+    slo = SLO(ttft_s={"p90": 1.0}, tpot_s={"p90": 0.05})
+    args = (planner.model("mixtral-8x7b"), SloSearchSpec(), wl, slo, Engine(), ["h100-sxm", "mi300x"], [1, 2, 4, 8],
+            [1, 2, 4, 8], [1, 2], [DType.bf16, DType.fp8], None, "two")
+    one = plan_slo_search(*args, block=7)
+    assert plan_slo_search(*args, block=7, workers=2).model_dump() == one.model_dump()
+    # every tp, ep in {1, 2, 4, 8} is valid for Mixtral (32 heads, 8 KV heads, 8 experts): 16 x 2 pp,
+    # per hardware and dtype
+    assert one.candidates == 2 * 2 * 32

@@ -11,6 +11,7 @@ add), and the two pools are chosen independently since each bound binds one pool
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
@@ -60,10 +61,11 @@ class SloSearchResult(BaseModel):
 
 def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, slo: SLO, engine: Engine,
                     hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
-                    kv_dtype: DType | None, name: str, block: int = BLOCK) -> SloSearchResult:
+                    kv_dtype: DType | None, name: str, block: int = BLOCK, workers: int = 1) -> SloSearchResult:
     """Streaming search: candidates are evaluated ``block`` at a time and each block is reduced at
     once to the best point per (hardware, mode) and the running Pareto front, so memory is
-    O(block + front) whatever the number of candidates; labels are formatted for survivors only."""
+    O(block + front) whatever the number of candidates; labels are formatted for survivors only.
+    ``workers`` > 1 evaluates blocks on that many local processes."""
     assert GRID <= _MAX_GRID
     stats = length_stats(workload)
     ttft_max = min(v for _, v in slo.ttft_s.items()) if slo.ttft_s.items() else np.inf
@@ -71,19 +73,29 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     acc = _Reducer()
     count = 0
     share = engine.chunked_prefill and set(spec.modes) == {"aggregated", "disaggregated"}
-    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
-        count += lay.tp.size
-        agg = acc.group("aggregated", hw.name, dtypes.weight.value)
-        dis = acc.group("disaggregated", hw.name, dtypes.weight.value)
-        pre = _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max, block) \
-            if "disaggregated" in spec.modes else None
-        for index, sub in blocks(lay, block):
-            # with chunked prefill both modes' curves run on the same iteration grid: compute it once
-            load = load_grid(model, hw, sub, dtypes, engine, stats) if share else None
-            if "aggregated" in spec.modes:
-                _aggregated(acc, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
-            if pre is not None:
-                _disaggregated(acc, dis, index, model, hw, sub, dtypes, engine, stats, pre, tpot_max, load)
+
+    def jobs():
+        nonlocal count
+        for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+            count += lay.tp.size
+            groups = {g: acc.groups[g] for g in (acc.group("aggregated", hw.name, dtypes.weight.value),
+                                                 acc.group("disaggregated", hw.name, dtypes.weight.value))}
+            pre = _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max, block) \
+                if "disaggregated" in spec.modes else None
+            for index, sub in blocks(lay, block):
+                yield groups, index, hw, sub, dtypes, pre
+
+    task = functools.partial(_evaluate_block, model=model, engine=engine, stats=stats, workload=workload, slo=slo,
+                             spec=spec, tpot_max=tpot_max, share=share)
+    if workers > 1:                  # blocks in parallel; merged in order, so the answer is the same
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            for part in pool.map(task, jobs()):
+                acc.merge(part)
+    else:
+        for part in map(task, jobs()):
+            acc.merge(part)
     if not acc.best:
         from planner.errors import InfeasibleError
 
@@ -96,6 +108,20 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
               f"output tokens/s per GPU at {top.tokens_per_s_per_user:.0f} tokens/s per user"
     return SloSearchResult(scenario=name, model=model.name, candidates=count, best=best, pareto=pareto,
                            verdict=verdict)
+
+
+def _evaluate_block(job, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
+    """The points of one block of candidates, reduced (one task: picklable for a process pool)."""
+    groups, index, hw, sub, dtypes, pre = job
+    part = _Reducer(groups)
+    agg, dis = groups
+    # with chunked prefill both modes' curves run on the same iteration grid: compute it once
+    load = load_grid(model, hw, sub, dtypes, engine, stats) if share else None
+    if "aggregated" in spec.modes:
+        _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
+    if pre is not None:
+        _disaggregated(part, dis, index, model, hw, sub, dtypes, engine, stats, pre, tpot_max, load)
+    return part
 
 
 def _aggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dtypes, engine, stats, workload, slo,
@@ -121,15 +147,16 @@ class _Reducer:
     point, then every disaggregated one; candidates in order; load points in order), and ties go
     to the lower rank, so the answer is the one-pass answer whatever the block order."""
 
-    def __init__(self) -> None:
-        self.groups: list[tuple[str, str, str]] = []
+    def __init__(self, groups: dict[int, tuple[str, str, str]] | None = None) -> None:
+        self.groups: dict[int, tuple[str, str, str]] = dict(groups or {})    # id -> (mode, hardware, dtype)
         self.best: dict[tuple[str, str], dict] = {}     # (hardware, mode) -> row
         self.first: dict[tuple[str, str], int] = {}     # (hardware, mode) -> rank of its first point
         self.front = RunningFront()
 
     def group(self, mode: str, hw: str, dtype: str) -> int:
-        self.groups.append((mode, hw, dtype))
-        return len(self.groups) - 1
+        g = len(self.groups)
+        self.groups[g] = (mode, hw, dtype)
+        return g
 
     def add(self, group: int, lay: Layout, index: np.ndarray, i: np.ndarray, j: np.ndarray,
             prefill: tuple[int, int, int] | None, ratio, *values) -> None:
@@ -147,12 +174,22 @@ class _Reducer:
         mode, hw, _ = self.groups[group]
         value = cols["tokens_per_s_per_gpu"]
         k = int(np.argmax(value))          # first of equal maxima: points of a block come in seq order
-        key, held = (hw, mode), self.best.get((hw, mode))
-        if held is None or value[k] > held["tokens_per_s_per_gpu"] or \
-                (value[k] == held["tokens_per_s_per_gpu"] and seq[k] < held["seq"]):
-            self.best[key] = {f: v[k] for f, v in rows.items()}
-        self.first[key] = min(int(seq[0]), self.first.get(key, int(seq[0])))
+        self._offer((hw, mode), {f: v[k] for f, v in rows.items()}, int(seq[0]))
         self.front.add(-value, -cols["tokens_per_s_per_user"], **rows)
+
+    def _offer(self, key: tuple[str, str], row: dict, first: int) -> None:
+        """``row`` becomes the best of ``key`` if it has more tokens/s/GPU (or as many, earlier)."""
+        held, v = self.best.get(key), "tokens_per_s_per_gpu"
+        if held is None or row[v] > held[v] or (row[v] == held[v] and row["seq"] < held["seq"]):
+            self.best[key] = row
+        self.first[key] = min(first, self.first.get(key, first))
+
+    def merge(self, other: _Reducer) -> None:
+        """Fold in the reduction of other points (another block, maybe from another process)."""
+        for key, row in other.best.items():
+            self._offer(key, row, other.first[key])
+        if len(other.front):
+            self.front.add(other.front.a, other.front.b, **other.front.rows)
 
     def best_rows(self) -> list[dict]:
         """Best row per (hardware, mode), keys in the order of their first point."""
