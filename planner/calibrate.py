@@ -95,6 +95,29 @@ def allreduce_sweeps() -> list[dict]:
     return [allreduce_sweep(p) for p in sorted(_folder().glob("*-allreduce*-nccl.csv"))]
 
 
+def attention_sweep(path: Path | None = None) -> dict:
+    """Fit Hockney's form ``r(L) = r_inf L / (L + L_half)`` to a FlashAttention sequence-length
+    sweep (``*-attention-*.csv``: seq_len, tflops): the plateau fraction of the profile's peak and
+    the half length that ``Efficiency.attention`` holds. Log-error least squares on a grid of L_half
+    (the best r_inf for each is the geometric mean of r / x)."""
+    path = path or next(_folder().glob("h100-sxm-attention-fa3-bf16.csv"))
+    length, tflops = _columns(path)
+    rate = tflops * 1e12
+    hw = hardware(path.name.split("-attention-")[0])
+    best = None
+    for half in np.arange(1.0, 2048.0, 1.0):
+        x = length / (length + half)
+        r_inf = float(np.exp(np.mean(np.log(rate / x))))
+        err = float(np.mean(np.abs(np.log(r_inf * x / rate))))
+        if best is None or err < best[0]:
+            best = (err, half, r_inf)
+    assert best is not None
+    err, half, r_inf = best
+    pred = r_inf * length / (length + half)
+    return {"hardware": hw.name, "points": int(length.size), "plateau": r_inf / hw.peak_flops_per_s(DType.bf16),
+            "half_keys": float(half), "median_abs_rel_error": float(np.median(np.abs(pred / rate - 1)))}
+
+
 def calibration_points(name: str) -> list[Point]:
     return [p for p in load_points().points if p.framework == name and p.role == "calibration"]
 
@@ -102,6 +125,20 @@ def calibration_points(name: str) -> list[Point]:
 def score(fw: Framework, points: list[Point]) -> float:
     """Mean absolute relative error of framework entry ``fw`` on ``points``."""
     return float(np.mean([abs(predict(p, fw) - p.value) / p.value for p in points]))
+
+
+def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | None = None,
+              link: float | None = None, hop_s: float | None = None, note: str | None = None) -> Framework:
+    """``base`` with a calibrated step overhead and GEMM scale, and memory / link scales and ring-hop
+    latency where given (the others kept)."""
+    def fig(cls, v):
+        return cls(value=v, source="calibrated", note=note)
+
+    return base.model_copy(update={
+        "step_overhead": fig(Seconds, overhead_s), "gemm_scale": fig(Figure, gemm),
+        "memory_scale": fig(Figure, memory) if memory else base.memory_scale,
+        "link_scale": fig(Figure, link) if link else base.link_scale,
+        "ring_hop_latency": fig(Seconds, hop_s) if hop_s else base.ring_hop_latency})
 
 
 def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False) -> tuple[float, Framework]:
@@ -114,12 +151,7 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
     best: tuple[float, Framework] | None = None
     for ms, g, m, lk, hop in itertools.product(OVERHEAD_MS, SCALES, SCALES if memory else (None,),
                                                 LINK_SCALES if link else (None,), RING_HOP_US if ring else (None,)):
-        fw = base.model_copy(update={
-            "step_overhead": Seconds(value=ms * 1e-3, source="calibrated"),
-            "gemm_scale": Figure(value=g, source="calibrated"),
-            "memory_scale": Figure(value=m, source="calibrated") if m else base.memory_scale,
-            "link_scale": Figure(value=lk, source="calibrated") if lk else base.link_scale,
-            "ring_hop_latency": Seconds(value=hop * 1e-6, source="calibrated") if hop else base.ring_hop_latency})
+        fw = candidate(base, ms * 1e-3, g, m, lk, hop * 1e-6 if hop else None)
         err = score(fw, points)
         if best is None or err < best[0]:
             best = (err, fw)

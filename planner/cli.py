@@ -57,6 +57,7 @@ def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
     from planner.catalog.dtypes import DType
     from planner.catalog.hardware import hardware, list_hardware
+    from planner.hardware_compare import price_range
     from planner.report import out, print_json, si
 
     rows = []
@@ -65,17 +66,19 @@ def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSO
         rows.append(dict(name=name, vendor=h.vendor, bf16_flops=h.peak_flops[DType.bf16].value,
                          hbm_bytes=h.memory.capacity.value, hbm_bytes_per_s=h.memory.bandwidth.value,
                          domain=h.domain_size, tdp_w=h.power.tdp.value,
-                         usd_per_h=h.price.rent.value if h.price.rent else None))
+                         usd_per_h=h.price.rent.value if h.price.rent else None, usd_per_h_range=price_range(h)))
     if json_out:
         print_json(rows)
         return
-    t = Table(title="Hardware profiles (per device; dense peak)")
-    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "$/h"):
+    t = Table(title="Hardware profiles (per device; dense peak; $/h range: hardware_profiles/prices.yaml)")
+    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "$/h", "$/h range"):
         t.add_column(col)
     for r in rows:
+        lo_hi = r["usd_per_h_range"]
         t.add_row(r["name"], r["vendor"], si(r["bf16_flops"], "FLOP/s"), si(r["hbm_bytes"], "B"),
                   si(r["hbm_bytes_per_s"], "B/s"), str(r["domain"]), si(r["tdp_w"], "W"),
-                  f"{r['usd_per_h']:.2f}" if r["usd_per_h"] else "-")
+                  f"{r['usd_per_h']:.2f}" if r["usd_per_h"] else "-",
+                  f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f}" if lo_hi else "-")
     out.print(t)
 
 
@@ -105,6 +108,63 @@ def hardware_show(name: str = typer.Argument(..., help="Profile name or a YAML f
     for key in sorted(used):
         src.add_row(key, h.sources[key])
     out.print(src)
+
+
+@hardware_app.command("compare")
+@_guard
+def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more profile names."),
+                     model: str = typer.Option(None, "--model", help="Add serving tokens/s per $ for this model."),
+                     purchase: str = typer.Option(None, "--purchase", help="on_demand, spot, reserved_1y, reserved_3y, "
+                                                  "capacity_block or own (default: each profile's default rate)."),
+                     provider: str = typer.Option(None, "--provider", help="Provider in prices.yaml (else cheapest)."),
+                     price: list[str] = typer.Option([], "--price", help="NAME=USD per device-hour (repeatable)."),
+                     input_len: int = typer.Option(2000, "--input-len"),
+                     output_len: int = typer.Option(500, "--output-len"),
+                     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.fp8, "--weight-dtype"),
+                     json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Profiles side by side with roofline ratios per dollar (FLOP/s, HBM bandwidth, tokens/s)."""
+    from rich.table import Table
+
+    from planner.hardware_compare import compare
+    from planner.perf.cost import CostModel
+    from planner.report import out, print_json, si
+
+    try:
+        named = {k.strip(): float(v) for k, v in (p.split("=", 1) for p in price)}
+    except ValueError:
+        raise typer.BadParameter("expected NAME=USD, e.g. --price mi355x=4.5", param_hint="--price") from None
+    try:
+        cost = CostModel(purchase=purchase, provider=provider, prices=named)
+    except ValueError as e:
+        raise typer.BadParameter(str(e).splitlines()[-1], param_hint="--purchase/--price") from None
+    rows = compare(names, cost, model, input_len, output_len, weight_dtype.value)
+    if json_out:
+        print_json(rows)
+        return
+    def fmt(v, unit):
+        return si(v, unit) if v else "-"
+
+    figures = [("BF16", "bf16_flops", "FLOP/s"), ("FP8", "fp8_flops", "FLOP/s"), ("FP4", "fp4_flops", "FLOP/s"),
+               ("HBM", "hbm_bytes", "B"), ("HBM BW", "hbm_bytes_per_s", "B/s"),
+               ("host memory", "host_memory_bytes", "B"),
+               ("scale-up BW/dir", "scale_up_bytes_per_s", "B/s"), ("scale-out BW/dir", "scale_out_bytes_per_s", "B/s"),
+               ("TDP", "tdp_w", "W"), ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
+               ("BF16 FLOP per $", "bf16_flop_per_usd", "FLOP"), ("HBM bytes per $", "hbm_bytes_per_usd", "B")]
+    t = Table(title="Hardware side by side (per device; dense peak)")
+    t.add_column("figure")
+    for r in rows:
+        t.add_column(r["name"])
+    t.add_row("scale-up domain", *[str(r["domain"]) for r in rows])
+    for label, key, unit in figures:
+        t.add_row(label, *[fmt(r[key], unit) for r in rows])
+    if model is not None:
+        t.add_row(f"{model} layout", *[r["serving"]["layout"] if r["serving"] else "does not fit" for r in rows])
+        t.add_row("output tok/s per device",
+                  *[f"{r['serving']['output_tokens_per_s_per_device']:.0f}" if r["serving"] else "-" for r in rows])
+        t.add_row("output tokens per $", *[fmt(r["output_tokens_per_usd"], "tok") for r in rows])
+    out.print(t)
+    for r in rows:
+        out.print(f"price {r['name']}: {r['price']}")
 
 
 @models_app.command("list")
@@ -175,18 +235,26 @@ def whatif(
         "model's last plus the LM head).")),
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
+    framework: str | None = typer.Option(None, "--framework", help=(  # noqa: UP007
+        "Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... or "
+        "a framework YAML file); default vllm.")),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown."),
+    explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
+                                 "efficiency applied and its source."),
 ) -> None:
     """Roofline TTFT, TPOT, throughput and memory of one instance serving one batch."""
-    from planner.perf.estimate import estimate
+    from planner.perf.estimate import estimate, operator_breakdown
     from planner.report import err, print_json
 
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
-                 kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance)
+                 kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
+                 framework=framework)
     if json_out:
-        print_json(e.model_dump(mode="json"))
+        doc = e.model_dump(mode="json")
+        if explain:
+            doc["breakdown"] = operator_breakdown(e)
+        print_json(doc)
     else:
         from planner.whatif_report import print_estimate
         print_estimate(e, explain=explain)
@@ -222,8 +290,11 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
 
         with err.status(f"planning {scn.name} ({scn.design.type})..."):
             result = run_scenario(scn)
+    from planner.plan_prices import scenario_prices, unstated
+
+    extra = unstated(result, scenario_prices(scn))          # prices a result type cannot carry itself
     if json_out:
-        print_json(result.model_dump(mode="json"))
+        print_json(result.model_dump(mode="json") | ({"prices": [q.model_dump() for q in extra]} if extra else {}))
     elif result.design == "splitwise":
         from planner.plan_report import print_splitwise
 
@@ -248,6 +319,14 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_plan
 
         print_plan(result)
+    if extra and not json_out:
+        from planner.report import out
+
+        out.print("prices used: " + "; ".join(q.text() for q in extra))
+    if not json_out:
+        from planner.plan_report import print_certainty
+
+        print_certainty(result)
     if plot:
         from planner.plots import plot_result
 
@@ -340,6 +419,48 @@ def sweep(file: str = typer.Argument(..., help="Sweep YAML: a base scenario and 
         raise typer.Exit(130) from None
     typer.echo(f"{target}: {s.ran} variants run ({s.failed} infeasible or failed), {s.skipped} already done, "
                f"{s.total} in the sweep, {s.seconds:.1f} s", err=True)
+
+
+@app.command()
+@_guard
+def calibrate(
+    results: list[str] = typer.Argument(..., help=(
+        "Result files: vLLM benchmark_serving / vllm bench serve JSON, SGLang bench_serving JSONL, "
+        "GenAI-Perf / AIPerf profile_export JSON, trtllm-bench --report_json.")),
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file the runs used."),
+    model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json the runs served."),
+    name: str = typer.Option(..., "--framework", help="Name of the fitted entry (a catalog entry is the start)."),
+    output: str | None = typer.Option(None, "--output", "-o", help="Entry file to write (default NAME.yaml)."),
+    tp: int | None = typer.Option(None, "--tp", min=1, help="Tensor-parallel degree (default: the files' or 1)."),
+    pp: int | None = typer.Option(None, "--pp", min=1, help="Pipeline stages (default: the files' or 1)."),
+    ep: int | None = typer.Option(None, "--ep", min=1, help="Expert-parallel degree (default: the files' or 1)."),
+    weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format of the runs."),
+    kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format of the runs."),  # noqa: UP007
+    json_out: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
+) -> None:
+    """Fit a framework entry (step overhead, GEMM and memory scales) to your own benchmark runs."""
+    from pathlib import Path
+
+    from planner.calibrate_files import calibrate_files, dump_entry
+    from planner.report import out, print_json
+
+    deploy = dict(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None)
+    fw, report = calibrate_files(results, hardware, model, name, deploy)
+    path = Path(output or f"{name}.yaml")
+    path.write_text(dump_entry(name, fw, report, str(path)))
+    report["written"] = str(path)
+    if json_out:
+        print_json(report)
+        return
+    out.print(f"{name}: step overhead {report['step_overhead_ms']:.2f} ms, GEMM scale {report['gemm_scale']:.3f}, "
+              f"memory scale {report['memory_scale']:.3f} from {report['runs']} run(s) ({', '.join(report['tools'])})")
+    out.print(f"error on those runs: median {report['median_abs_rel_error']:.1%}, max "
+              f"{report['max_abs_rel_error']:.1%}; slowdown P10/P50/P90 "
+              + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"]))
+    if report["at_bounds"]:
+        out.print(f"warning: {', '.join(report['at_bounds'])} ended at the edge of its range: the runs hold "
+                  "something the engine model does not (e.g. API-server latency in TTFT), read the errors above")
+    out.print(f"wrote {path} (use it as --framework {path} or engine.framework: {path})")
 
 
 def main() -> None:

@@ -182,3 +182,26 @@ def print_fleet(r) -> None:
     singles = ", ".join(f"{h} ${v:,.1f}/h" for h, v in sorted(r.best_single.items(), key=lambda x: x[1]))
     out.print(f"[bold]fleet ${r.usd_per_h:,.1f}/h; one hardware type alone: {singles or 'none within availability'}"
               + (f"; saving {r.saving_vs_best_single:.0%}" if r.best_single else "") + "[/]")
+
+
+def print_certainty(result) -> None:
+    """One line: the confidence the plan was sized at and what it costs over the median."""
+    c = getattr(result, "certainty", None)
+    if not c:
+        return
+    slow = "; ".join(f"{hw} compute x{f['compute']:.2f}, memory/links/overheads x{f['other']:.2f}"
+                     for hw, f in c["slowdown"].items())
+
+    def size(d: dict) -> str:
+        bits = [f"{d['instances']} instances"] if "instances" in d else []
+        bits += [f"${d['usd_per_h']:,.1f}/h"] if d.get("usd_per_h") is not None else []
+        return ", ".join(bits)
+
+    if c["confidence"] == 0.5:
+        out.print("confidence 50% (the median of the error bands: the model's own plan; set confidence: 0.9 in "
+                  "the scenario to size for the slow end of what published runs measured)")
+        return
+    line = f"confidence {c['confidence']:.0%}: sized with hardware at that quantile of the error bands ({slow})"
+    if size(c["at_confidence"]):
+        line += f"; P50: {size(c['at_p50'])}; at {c['confidence']:.0%}: {size(c['at_confidence'])}"
+    out.print(line + f"; {c['summary']}")

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
 from planner.designs.colocated import Deployment, SimCheck, search_colocated, verify_by_simulation
+from planner.perf.cost import PriceQuote
 from planner.scenario import Scenario
 from planner.serving.workload import length_stats
 
@@ -23,9 +24,23 @@ class PlanResult(BaseModel):
     analytic_instances: int
     simulation: SimCheck | None = None
     notes: list[str] = []
+    prices: list[PriceQuote] = []
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def run_scenario(scn: Scenario):
+    """Run the scenario's design at its ``confidence`` quantile of the error bands, and at the
+    median, and attach both sizes (``certainty``: ``planner.confidence``); the result states the
+    prices it used (``plan_prices``)."""
+    from planner.confidence import sized_at
+    from planner.plan_prices import scenario_hardware, scenario_prices, with_prices
+
+    rates = scn.cost.rates(scenario_hardware(scn))
+    result = sized_at(scn, lambda s: _run_design(s, rates), headline)
+    return with_prices(result, scenario_prices(scn))
+
+
+def _run_design(scn: Scenario, rates: dict[str, float]):
     """Run the scenario's design. Colocated: the cheapest deployment; with ``simulate:``, verify
     the pick in the simulator and add instances (up to ``max_extra_instances``) until the
     simulated requests meet the SLOs. Splitwise: every listed design and baseline at its largest
@@ -34,7 +49,7 @@ def run_scenario(scn: Scenario):
     if scn.design.type == "splitwise":          # each design loads only when used (CLI start-up)
         from planner.designs.splitwise import plan_splitwise
 
-        return plan_splitwise(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost.usd_per_h, scn.name)
+        return plan_splitwise(m, scn.design, scn.workload, scn.slo, scn.engine, rates, scn.name)
     if scn.design.type == "polca":
         from planner.designs.polca import plan_polca
 
@@ -42,7 +57,7 @@ def run_scenario(scn: Scenario):
     if scn.design.type == "prfaas":
         from planner.designs.prfaas import plan_prfaas
 
-        return plan_prfaas(m, scn.design, scn.workload, scn.cost.usd_per_h, scn.name)
+        return plan_prfaas(m, scn.design, scn.workload, rates, scn.name)
     if scn.design.type == "fleet":
         from planner.designs.fleet import plan_fleet
 

@@ -93,6 +93,9 @@ class Scenario(Frozen):
     cost: CostModel = CostModel()
     design: Design = ColocatedSpec()
     simulate: SimulateSpec | None = None
+    confidence: float = Field(0.5, ge=0.05, le=0.95, description=(
+        "size every design so it holds when the hardware performs at this quantile of the model's error "
+        "bands (planner/catalog/bands.yaml); 0.5 = the median"))
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:

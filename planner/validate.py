@@ -4,6 +4,7 @@ per vendor and metric, calibration and held-out points apart."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,7 @@ from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
 Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_output_tokens_per_s",
+                 "decode_tokens_per_s_per_device_at_tpot_bound",
                  "prefill_tokens_per_s_per_device", "ttft_s", "tpot_s", "output_tokens_per_s"]
 LATENCY = {"prefill_s", "decode_step_s", "batch_latency_s", "ttft_s", "tpot_s"}
 
@@ -41,6 +43,7 @@ class Point(Frozen):
     concurrency: int | None = Field(None, ge=1)
     mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
+    tpot_bound_s: float | None = Field(None, gt=0, description="latency-bounded metrics: the TPOT bound of the load")
     metric: Metric
     value: float = Field(gt=0)
     source: str
@@ -61,45 +64,106 @@ def default_path() -> Path:
     raise PlannerError("validation/measurements.yaml not found")
 
 
-def load_points(path: Path | None = None) -> Dataset:
-    path = path or default_path()
+def _load_file(path: Path) -> Dataset:
     data, lines = load_yaml(path)
     try:
-        ds = Dataset.model_validate(data)
+        return Dataset.model_validate(data)
     except ValidationError as e:
         raise validation_error(path, e, lines, Dataset) from None
-    for p in ds.points:
-        if p.source not in ds.sources:
-            raise PlannerError(f"{path}: point {p.id} cites unknown source {p.source!r}")
-    return ds
+
+
+def load_points(path: Path | None = None) -> Dataset:
+    """One measurements file, or (no ``path``) ``validation/measurements.yaml`` and every YAML
+    file of ``validation/measurements/`` merged: sources are shared, ids unique."""
+    paths = [path] if path else [default_path(), *sorted((default_path().parent / "measurements").glob("*.yaml"))]
+    sources: dict[str, str] = {}
+    points: list[Point] = []
+    for f in paths:
+        ds = _load_file(f)
+        for key, text in ds.sources.items():
+            if sources.get(key, text) != text:
+                raise PlannerError(f"{f}: source {key!r} is defined differently in another measurements file")
+            sources[key] = text
+        points += ds.points
+    seen: set[str] = set()
+    for p in points:
+        if p.source not in sources:
+            raise PlannerError(f"{paths[-1] if len(paths) == 1 else paths[0].parent}: point {p.id} cites unknown "
+                               f"source {p.source!r}")
+        if p.id in seen:
+            raise PlannerError(f"point id {p.id!r} appears twice in the measurements")
+        seen.add(p.id)
+    return Dataset(sources=sources, points=points)
 
 
 def predict(p: Point, fw: Framework | None = None) -> float:
     """The model's value for point ``p`` (SI units), from catalog data only (``fw`` replaces the
     point's framework entry: used by ``planner.calibrate`` to score candidate entries)."""
+    return predict_with_bounds(p, fw)[0]
+
+
+def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:
+    """``predict`` and the error-band bound of each phase at the point's conditions."""
     from planner.perf.estimate import estimate
-    from planner.serving.closed_loop import throughput
 
     fw = fw or framework(p.framework)
-    hw = fw.apply(hardware(p.hardware))
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
+    if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound":
+        return _at_tpot_bound(p, fw, kw)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
-        r = throughput(p.model, hw, input_len=p.input_len, output_len=p.output_len, concurrency=p.concurrency,
-                       engine=fw.engine(), **kw)
-        return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s)
+        r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
+                         tuple(kw.items()))
+        return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
+    hw = fw.apply(hardware(p.hardware))
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(p.model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len,
                  mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
-    if p.metric == "prefill_s":
-        return e.ttft_s
-    if p.metric == "decode_step_s":
-        return e.tpot_s
-    if p.metric == "batch_latency_s":
-        return e.e2e_s
-    return (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators      # prefill tokens/s per device
+    value = {"prefill_s": e.ttft_s, "decode_step_s": e.tpot_s, "batch_latency_s": e.e2e_s}.get(
+        p.metric, (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators)   # prefill tokens/s per device
+    return value, e.regime_bounds
 
 
-def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256) -> dict:
+def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
+    """Most decode load meeting the point's TPOT bound (``decode_at_tpot_bound``), and the bounds
+    of the step at that batch (at batch 1 where no batch meets it: the prediction is then 0)."""
+    from planner.perf.estimate import estimate
+    from planner.perf.parallel import Layout
+
+    if p.tpot_bound_s is None:
+        raise PlannerError(f"point {p.id}: metric {p.metric} needs tpot_bound_s")
+    r = decode_at_tpot_bound(p, p.tpot_bound_s, fw=fw)
+    devices = int(np.ravel(Layout.of(p.tp, p.ep, p.pp).devices)[0])
+    e = estimate(p.model, fw.apply(hardware(p.hardware)), batch=max(1, r["batch_per_device"]) * devices,
+                 input_len=p.input_len, output_len=2, mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
+    return r["tokens_per_s_per_device"], e.regime_bounds
+
+
+@lru_cache(maxsize=4096)
+def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_len: int, concurrency: int | None,
+                 deploy: tuple):
+    """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run."""
+    from planner.serving.closed_loop import throughput
+
+    fw = Framework.model_validate_json(fw_json)
+    return throughput(model, fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
+                      concurrency=concurrency, engine=fw.engine(), **dict(deploy))
+
+
+def phase(metric: str) -> str:
+    """Error-band phase of a metric (``catalog/bands.py``)."""
+    if metric in ("prefill_s", "ttft_s", "prefill_tokens_per_s_per_device"):
+        return "prefill"
+    return "decode" if metric in ("decode_step_s", "tpot_s", "decode_tokens_per_s_per_device_at_tpot_bound") \
+        else "serving"
+
+
+def slowdown(metric: str, predicted: float, measured: float) -> float:
+    """Measured time over predicted time (throughputs: predicted over measured)."""
+    return measured / predicted if metric in LATENCY else predicted / measured
+
+
+def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256,
+                         fw: Framework | None = None) -> dict:
     """Decode throughput per device at a TPOT bound, the way serving papers quote it: the largest
     batch per device (same deployment as point ``p``) whose predicted TPOT meets the bound and
     fits in memory, and ``batch / TPOT`` there. All batches are evaluated in one vectorized call."""
@@ -108,7 +172,7 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
     from planner.perf.parallel import Layout
     from planner.perf.speculation import Speculation
 
-    m, hw = model(p.model), framework(p.framework).apply(hardware(p.hardware))
+    m, hw = model(p.model), (fw or framework(p.framework)).apply(hardware(p.hardware))
     lay = Layout.of(p.tp, p.ep, p.pp)
     devices = int(np.ravel(lay.devices)[0])
     per_dev = np.arange(1, max_batch_per_device + 1)
@@ -128,28 +192,50 @@ class Row(BaseModel):
     id: str
     vendor: str
     framework: str
+    source: str
     metric: str
     kind: str            # latency | throughput
     role: str
     measured: float
     predicted: float
     rel_error: float     # (predicted - measured) / measured
+    phase: str           # error-band regime: prefill | decode | serving
+    bound: str           # compute | memory | comm | overhead at the point's conditions
+    slowdown: float      # measured / predicted time (catalog/bands.py)
+
+
+def rows(path: Path | None = None) -> list[Row]:
+    """Every point predicted, with its error-band regime."""
+    out = []
+    for p in load_points(path).points:
+        pred, bounds = predict_with_bounds(p)
+        ph = phase(p.metric)
+        out.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, source=p.source, metric=p.metric,
+                       kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,
+                       predicted=pred, rel_error=(pred - p.value) / p.value, phase=ph, bound=bounds[ph],
+                       slowdown=slowdown(p.metric, pred, p.value)))
+    return out
 
 
 def validate(path: Path | None = None) -> dict:
-    ds = load_points(path)
-    rows = []
-    for p in ds.points:
-        pred = predict(p)
-        rows.append(Row(id=p.id, vendor=p.vendor, framework=p.framework, metric=p.metric,
-                        kind="latency" if p.metric in LATENCY else "throughput", role=p.role, measured=p.value,
-                        predicted=pred, rel_error=(pred - p.value) / p.value))
+    rows_ = rows(path)
     from planner.calibrate import allreduce_sweeps, gemm_sweeps
 
     sweeps = [{k: v for k, v in s.items() if not k.endswith("_tflops")} for s in gemm_sweeps()]
-    return {"points": [r.model_dump() for r in rows], "summary": _summary(rows, "vendor"),
-            "summary_by_framework": _summary(rows, "framework"), "microbenchmarks": sweeps,
+    return {"points": [r.model_dump() for r in rows_], "summary": _summary(rows_, "vendor"),
+            "summary_by_framework": _summary(rows_, "framework"), "corpus": corpus(rows_),
+            "microbenchmarks": sweeps,
             "collectives": allreduce_sweeps()}
+
+
+def corpus(rows_: list[Row]) -> dict[str, dict[str, dict[str, int]]]:
+    """Points per vendor and per source: {vendor|source: {name: {calibration, held_out}}}."""
+    out: dict[str, dict[str, dict[str, int]]] = {"vendor": {}, "source": {}}
+    for r in rows_:
+        for by in ("vendor", "source"):
+            cell = out[by].setdefault(getattr(r, by), {"calibration": 0, "held_out": 0})
+            cell[r.role] += 1
+    return out
 
 
 def _summary(rows: list[Row], by: str) -> dict[str, dict]:

@@ -15,6 +15,14 @@ def print_validation(result: dict) -> None:
         t.add_row(p["id"], p["role"], p["metric"], f"{p['measured']:.4g}", f"{p['predicted']:.4g}",
                   f"{100 * p['rel_error']:+.0f}%")
     out.print(t)
+    if result.get("corpus"):
+        c = Table(title="Corpus: points per vendor and per source (calibration / held out)")
+        for col in ("by", "name", "calibration", "held out", "total"):
+            c.add_column(col, justify="right" if col in ("calibration", "held out", "total") else "left")
+        for by, groups in result["corpus"].items():
+            for name, n in groups.items():
+                c.add_row(by, name, str(n["calibration"]), str(n["held_out"]), str(n["calibration"] + n["held_out"]))
+        out.print(c)
     for key, label in (("summary", "vendor"), ("summary_by_framework", "framework")):
         s = Table(title=f"Summary by {label}: absolute relative error")
         for col in ("points", label, "metric", "n", "median", "P90"):

@@ -8,6 +8,24 @@ from planner.perf.estimate import Estimate, operator_breakdown
 from planner.report import key_value_table, out, si
 
 
+def banded(value: float, p10: float | None, p90: float | None, unit: str) -> str:
+    """``13.5 ms (12.1-16.0)``: the model's value and its P10-P90 band in the value's prefix."""
+    text = si(value, unit)
+    if p10 is None or p90 is None:
+        return text
+    number, _, suffix = text.partition(" ")
+    scale = value / float(number) if float(number) else 1.0
+
+    def num(x: float) -> str:
+        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+    return f"{text} ({num(p10 / scale)}-{num(p90 / scale)})"
+
+
+def _range(p10: float | None, p90: float | None) -> str:
+    return f" ({p10:,.0f}-{p90:,.0f})" if p10 is not None and p90 is not None else ""
+
+
 def print_estimate(e: Estimate, explain: bool = False) -> None:
     layout = f"tp={e.tp} pp={e.pp} ep={e.ep} ({e.accelerators} x {e.hardware})"
     mem = e.memory
@@ -15,11 +33,15 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("layout", layout),
         ("batch x lengths", f"{e.batch} x ({e.input_len} in, {e.output_len} out)"),
         ("dtypes", f"weights {e.weight_dtype}, KV {e.kv_dtype}"),
-        ("TTFT", f"{si(e.ttft_s, 's')}  ({e.prefill.bound}-bound, comm {si(e.prefill.comm_s, 's')})"),
-        ("TPOT", f"{si(e.tpot_s, 's')}  ({e.decode.bound}-bound, comm {si(e.decode.comm_s, 's')})"),
+        ("framework", f"{e.framework} (efficiencies and overheads of this engine; --framework to change)"),
+        ("TTFT", f"{banded(e.ttft_s, e.ttft_s_p10, e.ttft_s_p90, 's')}  ({e.prefill.bound}-bound, "
+                 f"comm {si(e.prefill.comm_s, 's')})"),
+        ("TPOT", f"{banded(e.tpot_s, e.tpot_s_p10, e.tpot_s_p90, 's')}  ({e.decode.bound}-bound, "
+                 f"comm {si(e.decode.comm_s, 's')})"),
         ("end-to-end", si(e.e2e_s, "s")),
         ("output tokens/s",
-         f"{e.output_tokens_per_s:,.0f}  ({e.output_tokens_per_s / e.accelerators:,.0f} per device)"),
+         f"{e.output_tokens_per_s:,.0f}{_range(e.output_tokens_per_s_p10, e.output_tokens_per_s_p90)}  "
+         f"({e.output_tokens_per_s / e.accelerators:,.0f} per device)"),
         ("total tokens/s", f"{e.total_tokens_per_s:,.0f}"),
         ("memory / device", f"{si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')}: weights "
                             f"{si(mem.weights_bytes, 'B')}, KV {si(mem.kv_cache_bytes, 'B')}, workspace "
@@ -33,16 +55,21 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         per_step = Speculation(e.mtp_tokens, e.mtp_acceptance).tokens_per_step
         rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: {per_step:.2f} "
                                "tokens per decode step (TPOT = step / that; comm is per step)"))
+    if e.bands:
+        rows.append(("bands (P10-P90)", "; ".join(f"{k}: {v}" for k, v in e.bands.items())
+                     + " (planner/catalog/bands.yaml)"))
     if e.usd_per_h is not None:
         rows.append(("cost", f"${e.usd_per_h:,.2f}/h, ${e.usd_per_million_output_tokens:,.2f} per M output tokens"))
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
     if explain:
         t = Table(title="Per-operator breakdown (per device, all layers)")
-        for col in ("phase", "operator", "layers", "time", "share", "FLOPs", "bytes", "comm bytes", "bound"):
-            t.add_column(col, justify="right" if col not in ("phase", "operator", "bound") else "left")
+        left = ("phase", "operator", "bound", "efficiency applied", "source")
+        for col in ("phase", "operator", "layers", "time", "share", "roofline", "FLOPs", "bytes", "bound",
+                    "efficiency applied", "source"):
+            t.add_column(col, justify="left" if col in left else "right")
         totals = {"prefill": e.ttft_s, "decode": e.tpot_s}
         for r in operator_breakdown(e):
             t.add_row(r["phase"], r["op"], str(r["layers"]), si(r["time_s"], "s"),
-                      f"{100 * r['time_s'] / totals[r['phase']]:.1f}%", si(r["flops"], "FLOP"),
-                      si(r["bytes"], "B"), si(r["comm_bytes"], "B"), r["bound"])
+                      f"{100 * r['time_s'] / totals[r['phase']]:.1f}%", si(r["roofline_s"], "s"),
+                      si(r["flops"], "FLOP"), si(r["bytes"], "B"), r["bound"], r["efficiency"], r["source"])
         out.print(t)

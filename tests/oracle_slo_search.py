@@ -25,7 +25,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     tpot_max = min(v for _, v in slo.tpot_s.items()) if slo.tpot_s.items() else np.inf
     table = _Table()          # every SLO-meeting operating point, as columns (no per-point objects)
     count = 0
-    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
         count += lay.tp.size
         names = np.array([f"tp{t}" + (f" ep{e}" if e > 1 else "") + (f" pp{p}" if p > 1 else "")
                           for t, e, p in zip(lay.tp, lay.ep, lay.pp, strict=True)], dtype=object)

@@ -74,3 +74,34 @@ def test_allreduce_sweeps_follow_alpha_beta_and_match_profile_busbw():
         assert s["median_abs_rel_error"] <= 0.15 and s["p90_abs_rel_error"] <= 0.30
         assert s["profile_busbw_gbs"] == pytest.approx(s["measured_plateau_gbs"], rel=0.10)
         assert 20 <= s["fitted_latency_us"] <= 80
+
+
+def test_attention_kernel_efficiency_is_fitted_on_the_fa3_sweep():
+    """The profile's prefill-attention plateau and half length are the Hockney fit to
+    FlashAttention-3's published H100 sweep (6 sequence lengths): the fit reproduces it within 3%,
+    and the profile holds the fitted numbers (0.68 of 989 TFLOP/s, 216 keys)."""
+    from planner.calibrate import attention_sweep
+
+    fit = attention_sweep()
+    assert fit["median_abs_rel_error"] < 0.03
+    att = planner.hardware("h100-sxm").efficiency.attention
+    assert att.prefill.value == pytest.approx(fit["plateau"], abs=0.005)
+    assert att.prefill_half_keys.value == pytest.approx(fit["half_keys"], abs=2)
+    # 512 keys (a causal 1K prompt): 467 TFLOP/s measured; the fitted curve at 512: 672 x 512/728
+    assert 0.68 * 989.4 * 512 / (512 + 216) == pytest.approx(467, rel=0.03)
+
+
+def test_prefill_attention_runs_below_the_gemm_rate_and_approaches_it_at_long_context():
+    """An attention operator at 1K keys runs at ~56% of peak, at 64K keys at ~68%: slower than a
+    large GEMM (78%), rising with context, never above its plateau."""
+    from planner.perf.ops import DTypes, Op, OpKind
+    from planner.perf.roofline import op_time
+
+    hw = planner.hardware("h100-sxm")
+    rates = []
+    for keys in (1024, 65536):
+        flops = 1e13
+        t = op_time(hw, Op("attention", OpKind.attention, 1, flops=flops, keys=keys), DTypes()).time_s
+        rates.append(flops / float(t) / 989.4e12)
+    assert rates[0] == pytest.approx(0.68 * 1024 / 1240, rel=0.01)
+    assert rates[0] < rates[1] < 0.68

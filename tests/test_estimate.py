@@ -28,7 +28,8 @@ def test_prefill_time_at_least_compute_time():
 def test_does_not_fit_says_why_and_what_fits():
     e = planner.estimate("llama-3.1-405b", "h100-sxm", tp=4, batch=1, input_len=1000, output_len=10)
     assert not e.fits
-    assert "GB per device" in e.infeasible_reason and "80 GB" in e.infeasible_reason
+    # an "80 GB" H100 has 81,559 MiB = 79.6 GiB (nvidia-smi)
+    assert "GiB per device" in e.infeasible_reason and "79.6 GiB" in e.infeasible_reason
     assert e.suggestions and any("--tp 8" in s or "--pp" in s or "fp8" in s for s in e.suggestions)
 
 

@@ -72,7 +72,7 @@ def test_user_profile_overrides_base(tmp_path):
     f.write_text("name: h100-capped\nbase: h100-sxm\ndescription: capped\n"
                  "power:\n  tdp: {value: 350 W, source: mine}\nsources:\n  mine: my measurement\n")
     hw = planner.hardware(str(f))
-    assert hw.power.tdp.value == 350 and hw.memory.capacity.value == 80e9
+    assert hw.power.tdp.value == 350 and hw.memory.capacity.value == 81559 * 2**20   # nvidia-smi total
 
 
 def test_bad_value_names_field(tmp_path):

@@ -79,6 +79,7 @@ def test_deepseek_dense_first_layers():
     ("deepseek-ai--DeepSeek-V3.json", "deepseek-v3"),
     ("Qwen--Qwen3-Next-80B-A3B-Thinking.json", "qwen3-next-80b-a3b"),
     ("moonshotai--Kimi-Linear-48B-A3B-Instruct.json", "kimi-linear-48b-a3b"),
+    ("openai--gpt-oss-120b.json", "gpt-oss-120b"),
 ])
 def test_local_config_json_matches_catalog(hf_configs, fname, catalog):
     mine = planner.model_from_hf_config(hf_configs / fname)
@@ -86,9 +87,12 @@ def test_local_config_json_matches_catalog(hf_configs, fname, catalog):
     assert mine.model_dump(exclude={"name", "source"}) == ref.model_dump(exclude={"name", "source"})
 
 
-def test_unsupported_family_is_named(hf_configs):
-    with pytest.raises(InputError, match="'gpt_oss', which is not supported"):
-        planner.model_from_hf_config(hf_configs / "openai--gpt-oss-120b.json")
+def test_unsupported_family_is_named(tmp_path, hf_configs):
+    cfg = json.loads((hf_configs / "openai--gpt-oss-120b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "model_type": "falcon_mamba"}))
+    with pytest.raises(InputError, match="'falcon_mamba', which is not supported"):
+        planner.model_from_hf_config(path)
 
 
 def test_missing_field_is_named(tmp_path, hf_configs):

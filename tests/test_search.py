@@ -15,7 +15,9 @@ from planner.search import pareto_front
 
 
 def test_vectorized_roofline_equals_per_candidate_estimates():
-    m, hw = planner.model("llama-3.1-70b"), planner.hardware("h100-sxm")
+    from planner.catalog.frameworks import with_framework
+
+    m, hw = planner.model("llama-3.1-70b"), with_framework(planner.hardware("h100-sxm"))
     rng = np.random.default_rng(3)
     tp, batch = rng.choice([2, 4, 8], 40), rng.integers(1, 64, 40)
     inp, out = rng.integers(128, 4096, 40), rng.integers(16, 512, 40)

@@ -102,7 +102,7 @@ def _colocated_in_memory(model, wl, slo, engine, cost, hardware, tp, ep, pp, dty
     from planner.serving.workload import length_stats
 
     stats, rate, out = length_stats(wl), wl.request_rate, []
-    for hw, lay, dt in candidates(model, hardware, tp, ep, pp, dtypes):
+    for hw, lay, dt in candidates(model, hardware, tp, ep, pp, dtypes, None, engine.framework):
         c = serving_curve(model, hw, lay, dt, engine, stats, wl.arrival.scv)
         ev = _Evaluated(hw, dt, lay, c, slo_ok(c, slo))
         max_ok = np.where(ev.ok, c.rate, -np.inf).max(axis=1)

@@ -54,7 +54,7 @@ def test_modern_nvidia_points():
     # full-length KV reservation caps the batch: TPOT -20%, TTFT +31%); closed-loop TTFT at
     # concurrency 5-50 is underestimated by ~35% (prefill batching of synchronized clients), see README
     import numpy as np
-    rows = [r for r in validate()["points"] if r["id"].startswith("nim-")]
+    rows = [r for r in validate()["points"] if r["source"] == "nim_2025"]
     assert np.median([abs(r["rel_error"]) for r in rows]) <= 0.20
     assert all(abs(r["rel_error"]) <= 0.25 for r in rows if r["metric"] == "tpot_s")
 
@@ -62,22 +62,25 @@ def test_modern_nvidia_points():
 def test_tensorrt_llm_throughput_table():
     """TensorRT-LLM's published offline throughput (107 rows: Llama-3.1-8B/3.3-70B/3.1-405B and
     Qwen3-235B on H100, H200, B200). The framework entry is fitted on the eight 1000/1000 Hopper rows
-    only. Held-out Hopper rows: median 10%, P90 18% -> asserted at 12% / 25%. B200 NVFP4 rows are
-    over-predicted by a median 32% (no public NVFP4 GEMM sweep: the FP4 plateau is the BF16 one) ->
-    asserted below 40% so that a regression shows."""
+    only. Held-out Hopper rows: median 10%, P90 19% -> asserted at 12% / 25%. B200 NVFP4 rows were
+    over-predicted by a median 32% while the FP4 plateau was the BF16 one; with the measured NVFP4
+    GEMM sweep (plateau 0.34 incl. activation quantization) and FP4 weight streaming at 0.44 of HBM
+    they are at a median -10% (|error| 13%) -> asserted within +-20% so that a regression shows."""
     import numpy as np
     rows = [r for r in validate()["points"] if r["id"].startswith("trtllm-")]
     assert len(rows) == 107
     hopper = np.abs([r["rel_error"] for r in rows if r["role"] == "held_out" and "-b200-" not in r["id"]])
     assert np.median(hopper) <= 0.12 and np.quantile(hopper, 0.9) <= 0.25
     b200 = [r["rel_error"] for r in rows if "-b200-" in r["id"]]
-    assert 0 < np.median(b200) <= 0.40
+    assert abs(np.median(b200)) <= 0.20
 
 
 def test_cloudmatrix384_reproduction():
     """DeepSeek-R1 INT8 on CloudMatrix384 (Zuo et al. 2025): prefill 6,688 tokens/s per NPU; decode
     with MTP (1 draft token, ~70% accepted, as deployed) at TPOT 49.4 / 24.6 / 14.9 ms for 96 / 24 / 8
-    sequences per NPU. The model gives +15% (prefill) and -18% / -12% / +21% (decode). Tolerances:
+    sequences per NPU. The model gives +20% (prefill; FP8-class dispatch, as the paper's INT8 dispatch)
+    and -13% / -9% / +23% (decode; was -18% / -12% / +21% before the statistical expert-load term
+    and attention-kernel efficiency). Tolerances:
     prefill 25% (no SP-TP-SP MLA overheads, perfectly balanced experts: the paper's 'perfect
     EPLB'); decode each point 25% and their median 20% (the model's step time grows more slowly
     with batch than the paper's: too fast at 96, too slow at 8)."""
@@ -102,7 +105,7 @@ def test_cloudmatrix384_mtp_helps_small_batches_most():
 def test_cloudmatrix384_decode_at_tpot_bounds():
     """The paper's headline decode figures are throughputs at a TPOT bound: 1,943 tokens/s per NPU
     under 50 ms, 538 under 15 ms. The model, searching the batch itself, over-estimates the first
-    (2,623 at 131 per NPU, +35%: same slope cause as above; asserted within +50% as a regression)
+    (2,422 at 121 per NPU, +25%: same slope cause as above; asserted within +50% as a regression)
     and finds 15 ms out of reach, with a floor of 16.4 ms at one sequence per NPU (dispatch and
     combine at the profile's 100 us UB latency per collective, derived from the paper's full-batch
     dispatch timing, are ~40% of that step; within 25% of the paper's 14.9 ms at batch 8)."""

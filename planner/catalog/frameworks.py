@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from planner.catalog.hardware import Figure, Fraction, HardwareProfile, Seconds
-from planner.errors import unknown_name
+from planner.catalog.hardware import Figure, Fraction, HardwareProfile, MemoryPolicy, Seconds
+from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
@@ -25,12 +25,26 @@ class KvReservation(Frozen):
     note: str | None = None
 
 
+class Switch(Frozen):
+    value: bool
+    source: str
+    note: str | None = None
+
+
 class Framework(Frozen):
+    name: str = ""
     description: str
     step_overhead: Seconds | None = None
+    sequence_overhead: Seconds | None = None   # host time per running sequence per step
+    request_overhead: Seconds | None = None    # per request, in its TTFT (tokenize, schedule, first sample)
     gemm_scale: Figure | None = None
+    attention_scale: Figure | None = None      # scales the prefill attention kernel plateau
     memory_scale: Figure | None = None
     link_scale: Figure | None = None
+    memory_policy: MemoryPolicy | None = None
+    moe_imbalance: Figure | None = None        # max/mean expert load from routing skew (EPLB or not)
+    fp8_dispatch: Switch | None = None
+    overlap_moe_comm: Switch | None = None
     max_num_seqs: Figure | None = None
     kv_reservation: KvReservation | None = None
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
@@ -53,9 +67,16 @@ class Framework(Frozen):
                             note=f"x {scale.value} ({scale.source})")
 
         eff = hw.efficiency
-        update = {}
-        if self.step_overhead is not None:
-            update["step_overhead"] = self.step_overhead
+        update: dict = {}
+        for field in ("step_overhead", "sequence_overhead", "request_overhead", "moe_imbalance"):
+            if getattr(self, field) is not None:
+                update[field] = getattr(self, field)
+        for field in ("fp8_dispatch", "overlap_moe_comm"):
+            if getattr(self, field) is not None:
+                update[field] = getattr(self, field).value
+        if self.attention_scale is not None:
+            update["attention"] = eff.attention.model_copy(
+                update={"prefill": scaled(eff.attention.prefill, self.attention_scale)})
         for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale),
                              ("scale_up", self.link_scale)):
             if scale is not None:
@@ -65,7 +86,10 @@ class Framework(Frozen):
         if self.ring_hop_latency is not None:
             hw = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(
                 update={"ring_hop_latency": self.ring_hop_latency})})
-        return hw.model_copy(update={"efficiency": eff.model_copy(update=update)}) if update else hw
+        top: dict = {"framework": self.name or "custom", "efficiency": eff.model_copy(update=update)}
+        if self.memory_policy is not None:
+            top["memory_policy"] = self.memory_policy
+        return hw.model_copy(update=top)
 
 
 @lru_cache(maxsize=1)
@@ -74,15 +98,52 @@ def _frameworks() -> dict[str, Framework]:
     out = {}
     for name, spec in data.items():
         try:
-            out[name] = Framework.model_validate(spec)
+            out[name] = Framework.model_validate({**spec, "name": name})
         except ValidationError as e:
             raise validation_error(FRAMEWORKS_FILE, e, {k[1:]: v for k, v in lines.items() if k[:1] == (name,)},
                                    Framework) from None
     return out
 
 
-def framework(name: str) -> Framework:
+# The engine a prediction assumes when none is named (said in every output that names one).
+DEFAULT_FRAMEWORK = "vllm"
+
+
+def load_framework_file(path: str | Path) -> Framework:
+    """A framework entry from a YAML file of its own: either the entry's fields at the top level,
+    or one ``name: {description: ..., ...}`` entry as ``planner calibrate`` writes it."""
+    path = Path(path)
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}:1: a framework file is a YAML mapping (one entry, 'name: {{description: ...}}')")
+    name, spec, spec_lines = path.stem, data, lines
+    if "description" not in data and len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        name, spec = next(iter(data.items()))
+        spec_lines = {k[1:]: v for k, v in lines.items() if k[:1] == (name,)}
+    try:
+        return Framework.model_validate({**spec, "name": str(name)})
+    except ValidationError as e:
+        raise validation_error(path, e, spec_lines, Framework) from None
+
+
+def framework(name: str | Framework) -> Framework:
+    """A framework entry by catalog name (``vllm``), by YAML path, or passed through."""
+    if isinstance(name, Framework):
+        return name
+    if str(name).endswith((".yaml", ".yml")):
+        return load_framework_file(name)
     fws = _frameworks()
     if name not in fws:
         raise unknown_name("framework", name, sorted(fws))
     return fws[name]
+
+
+def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> HardwareProfile:
+    """``hw`` as the named engine sees it. A profile a framework was already applied to is
+    returned as is unless another framework is named; a bare profile gets ``DEFAULT_FRAMEWORK``."""
+    if name is None:
+        return hw if hw.framework else framework(DEFAULT_FRAMEWORK).apply(hw)
+    fw = framework(name)
+    if hw.framework == (fw.name or "custom"):
+        return hw
+    return fw.apply(hw)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from planner.catalog import derate
 from planner.catalog.dtypes import DType
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
@@ -90,6 +91,14 @@ class Memory(Frozen):
     bandwidth: Bandwidth
 
 
+class HostMemory(Frozen):
+    """Host memory a device reaches over a coherent chip-to-chip link (Grace LPDDR5X over
+    NVLink-C2C): a KV-cache tier below HBM. Both figures are per device (its share of the host)."""
+
+    capacity: Bytes
+    bandwidth: Bandwidth                 # per direction, the lesser of the link and DRAM shares
+
+
 class Link(Frozen):
     """A network a device reaches peers over. Bandwidth is per device, per direction."""
 
@@ -98,6 +107,7 @@ class Link(Frozen):
     domain_size: Count | None = None
     latency: Seconds                     # of one collective (one-shot / NVLS all-reduce, one all-to-all)
     ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
+    topology: Literal["switched", "torus2d"] = "switched"   # torus2d: 4 ports per device (TPU ICI, NeuronLink)
 
 
 class Power(Frozen):
@@ -106,11 +116,55 @@ class Power(Frozen):
     memory_bound_activity: Fraction = Fraction(
         value=0.49, source="splitwisesim_power",
         note="(token-phase 380 W - idle 75 W) / (TDP 700 W - 75 W) on H100; A100 gives 0.55")
+    # Memory-bound kernels are limited by HBM at full clock, but the SMs must still issue the
+    # loads: below a clock fraction of 1 / headroom the issue rate, not HBM, limits them.
+    memory_clock_headroom: Figure = Figure(
+        value=1.35, source="capping_memory_bound",
+        note="decode unaffected down to f = 0.76 (50% power cap on H100), so >= 1.32")
 
 
 class Price(Frozen):
     rent: UsdPerHour | None = None
     purchase_usd: Figure | None = None
+
+
+class Tokens(Figure):
+    """A length in tokens."""
+
+    @field_validator("value")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be a positive number of tokens, got {v}")
+        return v
+
+
+class AttentionKernels(Frozen):
+    """Efficiency of the attention kernels, which are not GEMM-shaped.
+
+    Prefill (FlashAttention-class) kernels reach a plateau fraction of the tensor-core peak only
+    when every query block streams many keys: per (sequence, head, query block) a CTA pays a fixed
+    prologue/epilogue, so the achieved rate follows Hockney's form in the keys a query attends
+    to, ``prefill x L / (L + prefill_half_keys)``. Decode (paged) kernels are memory-bound: they
+    read each sequence's K/V pages once, and per (sequence, KV head) a fixed setup and split-K
+    reduction costs the same as streaming ``decode_half_ctx`` tokens, so the achieved HBM fraction
+    is ``memory x ctx / (ctx + decode_half_ctx)``."""
+
+    prefill: Fraction
+    prefill_half_keys: Tokens
+    decode_half_ctx: Tokens
+
+
+class MemoryPolicy(Frozen):
+    """How the serving engine sizes its KV-cache pool (an engine property, set by a framework).
+
+    ``total_fraction``: the engine may use ``fraction`` of the device's total memory for weights,
+    activations and KV cache (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``);
+    ``free_fraction``: the KV cache gets ``fraction`` of the memory still free after weights and
+    activations are loaded (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction``)."""
+
+    kind: Literal["total_fraction", "free_fraction"]
+    fraction: Fraction
 
 
 class Efficiency(Frozen):
@@ -119,11 +173,28 @@ class Efficiency(Frozen):
     gemm: Fraction
     gemm_by_format: dict[DType, Fraction] = {}   # plateaus measured for other formats (e.g. fp8)
     memory: Fraction
+    memory_by_format: dict[DType, Fraction] = {}   # weight streaming of GEMMs in a format (e.g. fp4), if slower
     scale_up: Fraction
     scale_out: Fraction
     kernel_latency: Seconds = Seconds(   # fixed time of every compute kernel (launch, ramp-up, tail)
         value=6.2e-6, source="kernel_latency_assumed", note="default: the H100 fit (xla_h100_gemm)")
+    attention: AttentionKernels = AttentionKernels(
+        prefill=Fraction(value=0.68, source="fa3_h100", note="default: the H100 FlashAttention-3 fit"),
+        prefill_half_keys=Tokens(value=216, source="fa3_h100"),
+        decode_half_ctx=Tokens(value=128, source="paged_decode_assumed"))
     step_overhead: Seconds
+    sequence_overhead: Seconds = Seconds(value=0.0, source="engine_overhead",
+                                         note="per running sequence per step; set by a framework")
+    request_overhead: Seconds = Seconds(value=0.0, source="engine_overhead",
+                                        note="per request, added to its TTFT; set by a framework")
+    moe_imbalance: Figure = Figure(value=1.0, source="engine_overhead",
+                                   note="max/mean expert load from routing skew; set by a framework")
+    grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
+                                      note="MoE grouped GEMMs reach this fraction of the dense plateau")
+    fp8_dispatch: bool = False       # EP dispatch sent in FP8 (DeepEP-class), combine in BF16
+    overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
+    comm_compute_share: Fraction = Fraction(
+        value=0.18, source="deepep_sms", note="compute units the EP all-to-all kernels occupy while overlapped")
 
     def gemm_plateau(self, fmt: DType) -> float:
         """Achievable fraction of peak of large GEMMs in ``fmt`` (the format-specific
@@ -139,11 +210,16 @@ class HardwareProfile(Frozen):
     description: str
     peak_flops: dict[DType, FlopRate]
     memory: Memory
+    host_memory: HostMemory | None = None
     scale_up: Link
     scale_out: Link
     power: Power
     price: Price = Price()
     efficiency: Efficiency
+    memory_policy: MemoryPolicy = MemoryPolicy(
+        kind="total_fraction", fraction=Fraction(value=0.9, source="vllm_memory",
+                                                 note="vLLM gpu_memory_utilization default"))
+    framework: str | None = None   # the serving framework entry applied to this profile, if any
     sources: dict[str, str] = {}
     base: str | None = None
 
@@ -212,7 +288,7 @@ _CACHE: dict[str, HardwareProfile] = {}
 def _raw_profiles(directory: Path) -> dict[str, tuple[Path, dict, Lines]]:
     raw = {}
     for path in sorted(directory.glob("*.y*ml")):
-        if path.name.startswith("_"):
+        if path.name.startswith("_") or path.name == "prices.yaml":   # citations; the price table
             continue
         data, lines = load_yaml(path)
         if not isinstance(data, dict) or "name" not in data:
@@ -292,14 +368,14 @@ def hardware(name: str | HardwareProfile) -> HardwareProfile:
     if isinstance(name, HardwareProfile):
         return name
     if str(name).endswith((".yaml", ".yml")):
-        return load_hardware_file(name)
+        return derate.active(load_hardware_file(name))
     key = str(name).lower()
     if key not in _CACHE:
         _load_one(key)
     if key not in _CACHE:
         _load_bundled()
         raise unknown_name("hardware", str(name), sorted(_CACHE))
-    return _CACHE[key]
+    return derate.active(_CACHE[key])     # at a confidence quantile inside derate.performance_at
 
 
 def _load_one(key: str) -> None:

@@ -1,8 +1,13 @@
 """Read a local HuggingFace ``config.json`` into a ModelSpec.
 
 Supported ``model_type`` families: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_next,
-deepseek_v2/v3, kimi_k2, kimi_linear, bloom. Anything else, or a config missing a field these
-need, gets an ``InputError`` naming the field. Nothing is ever downloaded.
+deepseek_v2/v3, kimi_k2, kimi_linear, bloom, gpt_oss, gemma2, gemma3_text, llama4_text. Local
+attention is read from ``layer_types`` (``sliding_attention`` / ``chunked_attention``), else from
+``sliding_window`` (all layers, Mistral; Gemma's every-other / ``sliding_window_pattern``) or
+``attention_chunk_size`` with ``no_rope_layers`` (Llama 4: chunked layers, global NoPE ones).
+Multimodal configs (a vision or audio encoder) are refused, naming the encoder. Anything else,
+or a config missing a field these need, gets an ``InputError`` naming the field. Nothing is ever
+downloaded.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.catalog.model import MLA, LinearAttention, ModelSpec, MoE
+from planner.catalog.model import MLA, AttentionWindow, LinearAttention, ModelSpec, MoE
 from planner.errors import InputError
 
-_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3"}
+_LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "llama4_text"}
 _DEEPSEEK_LIKE = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
-SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom"})
+SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom",
+                                                   "gpt_oss"})
+# Keys that mark a multimodal checkpoint: the catalog models the text decoder only.
+_ENCODERS = {"vision_config": "vision encoder", "audio_config": "audio encoder",
+             "vision_tower": "vision encoder", "mm_projector_type": "multimodal projector"}
 
 
 class _Config:
@@ -54,9 +63,9 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
     model_type = data.get("model_type")
     if model_type is None:
         raise InputError(f"{origin}: missing field 'model_type'")
+    _refuse_multimodal(data, origin)
     if model_type not in SUPPORTED:
-        hint = " (sliding-window layers are not modelled yet)" if model_type == "gpt_oss" else ""
-        raise InputError(f"{origin}: field 'model_type' is {model_type!r}, which is not supported{hint}; "
+        raise InputError(f"{origin}: field 'model_type' is {model_type!r}, which is not supported; "
                          f"supported: {', '.join(SUPPORTED)}")
     hidden = c.int("hidden_size", "n_embed")
     heads = c.int("num_attention_heads", "n_head")
@@ -74,6 +83,11 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
     if model_type == "bloom":
         spec.update(gated_ffn=False, biases=True, embedding_norm=True, num_kv_heads=heads,
                     tie_word_embeddings=True)
+    if model_type == "gpt_oss":   # every layer MoE; expert width = intermediate_size; MXFP4 experts
+        spec["moe"] = MoE(num_experts=c.int("num_local_experts"),
+                          experts_per_token=c.int("num_experts_per_tok", "experts_per_token"),
+                          expert_intermediate_size=c.int("intermediate_size"))
+    spec["window"] = _window(c, model_type, spec["num_layers"])
     if model_type == "mixtral" or model_type == "qwen3_moe":
         every = c.int("decoder_sparse_step", default=1)
         only_dense = tuple(c.get("mlp_only_layers") or ())
@@ -98,6 +112,7 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
             num_shared_experts=c.int("n_shared_experts", "num_shared_experts", default=0),
             shared_intermediate_size=c.int("moe_intermediate_size"),
             dense_layers=tuple(range(c.int("first_k_dense_replace", default=0))),
+            num_groups=c.opt_int("n_group"), groups_per_token=c.opt_int("topk_group"),
         )
     if model_type == "qwen3_next":
         every = c.int("full_attention_interval")
@@ -138,10 +153,49 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
         raise InputError(f"{origin}: inconsistent config ({field}): {err['msg']}") from None
 
 
+def _refuse_multimodal(data: dict[str, Any], origin: str) -> None:
+    """Refuse configs with an encoder the catalog cannot model, naming it (and the way out)."""
+    found = [f"{what} ({key})" for key, what in _ENCODERS.items() if data.get(key)]
+    if found:
+        raise InputError(
+            f"{origin}: model_type {data.get('model_type')!r} is multimodal; its {', '.join(found)} is not "
+            "modelled (the catalog covers decoder-only text models). To plan its language model alone, "
+            "save the config's 'text_config' as its own config.json")
+
+
+def _window(c: _Config, model_type: str, n_layers: int) -> AttentionWindow | None:
+    """Local-attention layers of a config, or None (every layer attends to the whole context)."""
+    types = c.get("layer_types")
+    chunk = c.get("attention_chunk_size")
+    if isinstance(types, list) and types:
+        if len(types) != n_layers:
+            raise InputError(f"{c.origin}: field 'layer_types' lists {len(types)} layers, not {n_layers}")
+        local = tuple(i for i, t in enumerate(types) if t in ("sliding_attention", "chunked_attention"))
+        kind = "chunked" if "chunked_attention" in types else "sliding"
+    elif model_type == "llama4_text" and chunk:
+        nope = c.get("no_rope_layers") or []          # 1 = RoPE + chunked, 0 = NoPE + global
+        local = tuple(i for i, r in enumerate(nope) if r) if nope else tuple(
+            i for i in range(n_layers) if (i + 1) % 4)
+        kind = "chunked"
+    elif c.get("sliding_window") and c.get("use_sliding_window", True):
+        # every pattern-th layer is global (HF defaults: Gemma 2 alternates, Gemma 3 is 5 local : 1)
+        pattern = c.get("sliding_window_pattern") or {"gemma2": 2, "gemma3_text": 6}.get(model_type, 1)
+        local = tuple(i for i in range(n_layers) if pattern == 1 or (i + 1) % int(pattern))
+        kind = "sliding"
+    else:
+        return None
+    if not local:
+        return None
+    size = c.int("attention_chunk_size") if kind == "chunked" else c.int("sliding_window")
+    return AttentionWindow(kind=kind, size=size, layers=local, sink_logits=model_type == "gpt_oss")
+
+
 def _native_dtype(data: dict[str, Any]) -> str:
     quant = data.get("quantization_config") or {}
     if quant.get("quant_method") == "fp8":
         return "fp8"
+    if quant.get("quant_method") == "mxfp4":
+        return "fp4"
     dtype = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, "bf16")
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 from enum import Enum
+from typing import Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from planner.frozen import Frozen
@@ -18,6 +20,7 @@ from planner.frozen import Frozen
 
 class Mixer(str, Enum):
     attention = "attention"   # softmax attention over a KV cache (MHA/GQA/MQA, or MLA)
+    local = "local"           # softmax attention limited to a window or chunk (AttentionWindow)
     linear = "linear"         # linear attention with a constant-size recurrent state
 
 
@@ -43,6 +46,9 @@ class MoE(Frozen):
     num_shared_experts: int = Field(0, ge=0)
     shared_intermediate_size: int = Field(0, ge=0, description="per shared expert")
     dense_layers: tuple[int, ...] = Field((), description="0-based layers whose FFN is dense")
+    num_groups: int | None = Field(None, gt=0, description="expert groups (DeepSeek n_group)")
+    groups_per_token: int | None = Field(None, gt=0, description="groups a token may route to (DeepSeek "
+                                         "topk_group: node-limited routing, V3 paper Sec. 2.1.2)")
 
     @model_validator(mode="after")
     def _check(self) -> MoE:
@@ -76,6 +82,44 @@ class LinearAttention(Frozen):
         return recurrent + self.conv_channels * (self.conv_kernel - 1)
 
 
+class AttentionWindow(Frozen):
+    """Local attention on some layers (their KV cache stops growing with the context).
+
+    * ``sliding`` (Mistral, gpt-oss, Gemma local layers): the token at 0-based position ``p``
+      attends to positions ``max(0, p - size + 1) .. p``, i.e. ``min(p + 1, size)`` keys;
+    * ``chunked`` (Llama 4 local layers): it attends to the tokens of its own chunk of ``size``
+      before it, ``p mod size + 1`` keys.
+
+    ``sink_logits`` records gpt-oss's learned per-head attention sinks: one extra logit in the
+    softmax denominator, no cached tokens and negligible FLOPs."""
+
+    kind: Literal["sliding", "chunked"] = "sliding"
+    size: int = Field(gt=0, description="window (sliding) or chunk (chunked) length in tokens")
+    layers: tuple[int, ...] = Field(description="0-based indices of the local layers")
+    sink_logits: bool = False
+
+    def keys_seen(self, n):
+        """Sum over the first ``n`` positions of the keys each attends to (closed form, arrays):
+        sliding ``n(n+1)/2`` up to ``size``, then ``size`` per further token; chunked: every
+        full chunk adds ``size(size+1)/2`` and the partial one ``r(r+1)/2``."""
+        n = np.asarray(n, dtype=float)
+        w = float(self.size)
+        if self.kind == "sliding":
+            return np.where(n <= w, n * (n + 1) / 2, w * (w + 1) / 2 + (n - w) * w)
+        full, r = np.floor(n / w), np.mod(n, w)
+        return full * w * (w + 1) / 2 + r * (r + 1) / 2
+
+    def pairs(self, q_len, ctx):
+        """Query-key pairs of ``q_len`` new tokens after ``ctx`` cached ones (per sequence, head)."""
+        ctx = np.asarray(ctx, dtype=float)
+        return self.keys_seen(ctx + np.asarray(q_len, dtype=float)) - self.keys_seen(ctx)
+
+    def visible_cached(self, ctx):
+        """Cached tokens the next token can see (the KV a decode step reads)."""
+        ctx = np.asarray(ctx, dtype=float)
+        return np.minimum(ctx, self.size) if self.kind == "sliding" else np.mod(ctx, self.size)
+
+
 class ModelSpec(Frozen):
     """Architecture of a decoder-only LLM, as read from its HuggingFace ``config.json``."""
 
@@ -98,6 +142,7 @@ class ModelSpec(Frozen):
     mla: MLA | None = None
     moe: MoE | None = None
     linear_attention: LinearAttention | None = None
+    window: AttentionWindow | None = None
     native_dtype: str = "bf16"
     max_context: int | None = None
 
@@ -107,15 +152,20 @@ class ModelSpec(Frozen):
             raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
         for group, idx in (("moe.dense_layers", self.moe.dense_layers if self.moe else ()),
                            ("linear_attention.layers",
-                            self.linear_attention.layers if self.linear_attention else ())):
+                            self.linear_attention.layers if self.linear_attention else ()),
+                           ("window.layers", self.window.layers if self.window else ())):
             bad = [i for i in idx if not 0 <= i < self.num_layers]
             if bad:
                 raise ValueError(f"{group} has indices outside 0..{self.num_layers - 1}: {bad}")
+        if self.window is not None and self.mla is not None:
+            raise ValueError("windowed MLA layers are not modelled")
         return self
 
     def mixer(self, layer: int) -> Mixer:
-        la = self.linear_attention
-        return Mixer.linear if la is not None and layer in la.layers else Mixer.attention
+        la, win = self.linear_attention, self.window
+        if la is not None and layer in la.layers:
+            return Mixer.linear
+        return Mixer.local if win is not None and layer in win.layers else Mixer.attention
 
     def ffn(self, layer: int) -> FFNKind:
         return FFNKind.moe if self.moe is not None and layer not in self.moe.dense_layers else FFNKind.dense
@@ -126,7 +176,13 @@ class ModelSpec(Frozen):
 
     @property
     def num_attention_layers(self) -> int:
+        """Full-attention layers: their KV cache grows with every token of the context."""
         return sum(n for (m, _), n in self.layer_kinds().items() if m is Mixer.attention)
+
+    @property
+    def num_local_layers(self) -> int:
+        """Windowed/chunked layers: each holds at most ``window.size`` tokens per sequence."""
+        return sum(n for (m, _), n in self.layer_kinds().items() if m is Mixer.local)
 
     @property
     def kv_elements_per_token_layer(self) -> int:

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -100,7 +101,8 @@ def evaluate_candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep
                         block: int = BLOCK) -> Iterator[tuple[int, np.ndarray, _Evaluated]]:
     """``(group, candidate indices, evaluated block)`` over every candidate, ``block`` at a time
     (group: the rank of the hardware and dtype in the search)."""
-    for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype)):
+    for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
+                                                           engine.framework)):
         for index, sub in blocks(lay, block):
             curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv)
             yield group, index, _Evaluated(hw, dtypes, sub, curve, slo_ok(curve, slo))
@@ -145,12 +147,20 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
         if i.size:
             acc = k * c.devices[i]
             dev_power = interpolate(c.rows(i), c.power_w[i], rate / k)
-            usd = acc * np.asarray(cost.usd_per_device_hour(ev.hw, dev_power), dtype=float)
+            usd = acc * _usd_per_device_hour(cost, ev.hw, dev_power)
             keep.add(ev, i, k, usd, acc, (np.int64(group) << 40) + index[i])
     if not keep.rows:
         raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count))
     deployments = [_deployment(ev, 0, k, rate, slo, cost, stats, model) for *_, ev, k in keep.result()]
     return ColocatedSearch(deployments, count)
+
+
+def _usd_per_device_hour(cost: CostModel, hw: HardwareProfile, dev_power_w: np.ndarray) -> np.ndarray:
+    """``cost.usd_per_device_hour`` at each average device power (a rental price is one number;
+    ownership adds the energy bill, priced one quote at a time)."""
+    if not cost.owned:
+        return np.full(np.shape(dev_power_w), cost.usd_per_device_hour(hw))
+    return np.array([cost.usd_per_device_hour(hw, float(w)) for w in dev_power_w])
 
 
 class _Cheapest:
@@ -297,7 +307,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     from planner.serving.slo import judge
 
     k = instances or d.instances
-    hw = get_hardware(d.hardware)
+    hw = with_framework(get_hardware(d.hardware), engine.framework)
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     lay = Layout.of(d.tp, d.ep, d.pp)
     arrival, inp, out = workload.sample(requests, seed)

@@ -53,6 +53,7 @@ class FleetResult(BaseModel):
     instance_usd_per_h: dict[str, float]
     best_single: dict[str, float]        # $/h of serving everything on one hardware type (within availability)
     saving_vs_best_single: float
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def _buckets(workload: Workload, k: int) -> list[tuple[LengthStats, float, dict]]:
@@ -85,7 +86,7 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     chosen = {}
     best_cost = np.full(H, np.inf)
     row = {get_hardware(n).name: i for i, n in enumerate(hardware)}
-    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
         h = row[hw.name]
         rates = np.zeros((lay.tp.size, B))
         for b, (stats, _, _) in enumerate(buckets):

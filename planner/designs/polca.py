@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import framework as get_framework
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InputError
@@ -105,6 +105,7 @@ class PolcaResult(BaseModel):
     extra_servers: int
     notes: list[str] = []
     power_series: dict[str, list[float]] = {}   # hourly row power at the chosen level, for plots
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def _clock_curves(model, hw, lay, dtypes, engine, stats, scv, clocks):
@@ -113,9 +114,7 @@ def _clock_curves(model, hw, lay, dtypes, engine, stats, scv, clocks):
 
 
 def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: Engine, name: str) -> PolcaResult:
-    hw = get_hardware(spec.hardware)
-    if spec.framework:
-        hw = get_framework(spec.framework).apply(hw)
+    hw = with_framework(get_hardware(spec.hardware), spec.framework)
     if not spec.t1 < spec.t2 < 1:
         raise InputError(f"thresholds must satisfy t1 < t2 < 1, got t1={spec.t1}, t2={spec.t2}")
     lay = Layout.of(spec.tp, 1, 1)

@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
@@ -121,6 +122,7 @@ class PrfaasResult(BaseModel):
     counterfactual: dict | None = None
     simulation: PrfaasSimCheck | None = None
     notes: list[str] = []
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def _state_bytes(model: ModelSpec, kv: DType) -> float:
@@ -133,7 +135,7 @@ def _layout(model: ModelSpec, site: Site) -> Layout:
 
 
 def _site_prefill_s(model, site: Site, dtypes, lengths) -> np.ndarray:
-    hw = get_hardware(site.hardware)
+    hw = with_framework(get_hardware(site.hardware))
     lay = _layout(model, site)
     check_layout(model, lay)
     tokens = np.maximum(np.round(lengths * (1 - site.prefix_hit)), 1)
@@ -142,7 +144,7 @@ def _site_prefill_s(model, site: Site, dtypes, lengths) -> np.ndarray:
 
 def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: float) -> tuple[float, float]:
     """(largest decode batch per instance meeting the TPOT bound and KV memory, its TPOT)."""
-    hw = get_hardware(site.hardware)
+    hw = with_framework(get_hardware(site.hardware))
     lay = _layout(model, site)
     stats = length_stats(workload)
     dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
@@ -178,7 +180,8 @@ def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_
         same_cost = homog.max_rate * (prfaas.usd_per_h / homog.usd_per_h)
         gains["equal_cost_throughput"] = prfaas.max_rate / same_cost
     else:
-        notes.append("no prices for the hardware: equal-cost gain not computed (set cost.usd_per_h)")
+        notes.append("no prices for the hardware: equal-cost gain not computed (set cost.prices: {<hardware>: "
+                     "<US$/h>}, or a cost.purchase model priced in hardware_profiles/prices.yaml)")
     if spec.threshold_tokens is not None and prfaas.offload_fraction == 0:
         notes.append(f"no request is longer than threshold_tokens={spec.threshold_tokens}: nothing is offloaded, "
                      "PrfaaS runs as a local PD cluster")
@@ -205,7 +208,7 @@ def simulate_prfaas(model, spec: PrfaasSpec, workload: Workload, dtypes, system:
     a, i, o = workload.with_rate(rate).sample(spec.simulate_requests, 7)
     kv = kv_cache_bytes_per_token(model, spec.kv_dtype) * np.round(i * (1 - spec.remote.prefix_hit)) \
         + _state_bytes(model, spec.kv_dtype)
-    site = lambda s, n: (get_hardware(s.hardware), _layout(model, s), n)  # noqa: E731
+    site = lambda s, n: (with_framework(get_hardware(s.hardware)), _layout(model, s), n)  # noqa: E731
     r, link = simulate_remote_prefill(
         model, site(spec.local, system.prefill_instances), site(spec.remote, system.remote_instances),
         site(spec.local, system.decode_instances), dtypes, Engine(max_num_seqs=4096, max_batched_tokens=1 << 20),

@@ -57,6 +57,7 @@ class SloSearchResult(BaseModel):
     best: list[Config]               # best per (hardware, mode)
     pareto: list[Config]             # tokens/s/GPU vs tokens/s/user, all hardware and modes
     verdict: str
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, slo: SLO, engine: Engine,
@@ -76,7 +77,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
 
     def jobs():
         nonlocal count
-        for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype):
+        for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
             count += lay.tp.size
             groups = {g: acc.groups[g] for g in (acc.group("aggregated", hw.name, dtypes.weight.value),
                                                  acc.group("disaggregated", hw.name, dtypes.weight.value))}

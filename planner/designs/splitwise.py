@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import framework as get_framework
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -123,10 +123,7 @@ class PoolMetrics(BaseModel):
 
 
 def _hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
-    hw = get_hardware(name)
-    if fw:
-        hw = get_framework(fw).apply(hw)
-    return apply_power_cap(hw, cap)
+    return apply_power_cap(with_framework(get_hardware(name), fw), cap)
 
 
 def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
@@ -320,6 +317,7 @@ class SplitwiseResult(BaseModel):
     ratios: list[dict]               # each design against each baseline
     verdicts: list[str] = []         # does disaggregation pay against the baselines, and why
     pareto: list[dict] = []          # searched splits not dominated in (throughput, cost, power)
+    certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
 
 
 def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,

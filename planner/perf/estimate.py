@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -33,7 +35,8 @@ from planner.perf.comm import collective_time
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
-from planner.perf.roofline import StepTime, op_time, step_time
+from planner.perf.regime import dominant_bound
+from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
 
 _SIMPSON = ((0.0, 1 / 6), (0.5, 4 / 6), (1.0, 1 / 6))
@@ -85,7 +88,8 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     mb = np.where(pp > 1, 1.0, batch)
     pre = step_time(model, hw, lay, Step.of(mb, input_len, 0.0), dtypes)
     fill = np.where(pp > 1, (batch + pp - 1) / pp, 1.0)
-    ttft = pre.layers_s * fill + pre.overhead_s + (pp - 1) * _pipeline_p2p(hw, model, lay, input_len, dtypes)
+    ttft = (pre.layers_s * fill + pre.overhead_s + (pp - 1) * _pipeline_p2p(hw, model, lay, input_len, dtypes)
+            + hw.efficiency.request_overhead.value)
     # decode: Simpson over the context length, pp micro-batches of batch/pp sequences
     dec_b, k = batch / pp, spec.draft_tokens
     tpot, mid = 0.0, None
@@ -93,7 +97,7 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
         ops = (layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
                + mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k))
-        st = StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
+        st = build_step(hw, ops, dtypes, lay, dec_b)
         tpot = tpot + w * st.total_s
         mid = st if frac == 0.5 else mid
     tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
@@ -122,11 +126,12 @@ class MemoryEstimate(Frozen):
     max_batch: int
 
 
-class Estimate(Frozen):
+class Estimate(Banded):
     """One instance, one batch, no queueing (``planner.estimate``)."""
 
     model: str
     hardware: str
+    framework: str = ""
     tp: int
     pp: int
     ep: int
@@ -170,10 +175,12 @@ def _positive_int(name: str, value) -> int:
 def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1,
              ep: int = 1, batch: int = 1, input_len: int, output_len: int,
              weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
-             mtp_tokens: int = 0, mtp_acceptance: float = 0.0) -> Estimate:
+             mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
-    draft tokens per decode step, each accepted with probability ``mtp_acceptance``."""
-    m, hw = get_model(model), get_hardware(hardware)
+    draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
+    names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
+    unless ``hardware`` is a profile a framework was already applied to)."""
+    m, hw = get_model(model), with_framework(get_hardware(hardware), framework)
     tp, pp, ep, batch = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
@@ -190,8 +197,10 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     usd = devices * hw.price.rent.value if hw.price.rent else None
     out_tps = batch * output_len / e2e
     reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len)
+    bounds = phase_bounds(r.prefill, r.decode, ttft, (output_len - 1) * tpot)
     return Estimate(
-        model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, accelerators=devices, batch=batch,
+        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, accelerators=devices,
+        batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
         ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
@@ -202,19 +211,29 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             max_batch=int(f(mem.max_batch))),
         prefill=_phase(r.prefill, ttft), decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
-        infeasible_reason=reason, suggestions=suggestions,
+        infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
+        **band_fields(hw.vendor, hw.framework, bounds, ttft, tpot, out_tps),
     )
+
+
+def phase_bounds(prefill: StepTime, decode: StepTime, prefill_s: float, decode_s: float) -> dict[str, str]:
+    """Error-band bound of each phase of one candidate; ``serving`` takes the bound of whichever
+    phase takes more of a request's time (``prefill_s`` vs ``decode_s``)."""
+    out = {"prefill": str(np.ravel(dominant_bound(prefill))[0]), "decode": str(np.ravel(dominant_bound(decode))[0])}
+    out["serving"] = out["prefill"] if prefill_s >= decode_s else out["decode"]
+    return out
 
 
 def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dtypes: DTypes,
              batch: int, input_len: int, output_len: int) -> tuple[str, list[str]]:
     """Say how much memory is missing and which nearby deployments would fit."""
     def f(a) -> float:
-        return _first(a) / 1e9
+        return _first(a) / 2**30
 
     need, cap = f(mem.used), f(mem.capacity)
-    reason = (f"needs {need:.1f} GB per device (weights {f(mem.weights):.1f} GB, KV cache {f(mem.kv_cache):.1f} GB, "
-              f"workspace {f(mem.workspace):.1f} GB, reserve {f(mem.reserved):.1f} GB) but {hw.name} has {cap:.0f} GB")
+    reason = (f"needs {need:.1f} GiB per device (weights {f(mem.weights):.1f} GiB, KV cache {f(mem.kv_cache):.1f} GiB, "
+              f"workspace {f(mem.workspace):.1f} GiB, {hw.framework or 'engine'} reserve {f(mem.reserved):.1f} GiB) "
+              f"but {hw.name} has {cap:.1f} GiB")
     tp0, ep0, pp0 = (int(np.ravel(x)[0]) for x in (lay.tp, lay.ep, lay.pp))
     options = []
     for tp in (tp0, 2 * tp0, 4 * tp0, 8 * tp0):
@@ -247,18 +266,27 @@ def operator_breakdown(e: Estimate) -> list[dict]:
     the prefill step and the decode step at the middle context length, per device (with MTP, the
     verifying pass of the main model plus the ``mtp_*`` draft passes; TPOT is that step over the
     tokens it yields)."""
-    m, hw = get_model(e.model), get_hardware(e.hardware)
+    m, hw = get_model(e.model), with_framework(get_hardware(e.hardware), e.framework or None)
     dtypes = resolve_dtypes(m, e.weight_dtype, e.kv_dtype)
     lay = Layout.of(e.tp, e.ep, e.pp)
     r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes, Speculation(e.mtp_tokens, e.mtp_acceptance))
     rows = []
+    eff = hw.efficiency
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):
         for t in st.ops:
             f = _first
+            ideal, how, source = explain_op(hw, t, dtypes)
             rows.append(dict(phase=phase, op=t.op.name, kind=t.op.kind.value, layers=t.op.count,
-                             time_s=f(t.time_s), flops=f(t.op.count * np.asarray(t.op.flops)),
+                             time_s=f(t.time_s), roofline_s=f(t.op.count * ideal), efficiency=how, source=source,
+                             flops=f(t.op.count * np.asarray(t.op.flops)),
                              bytes=f(t.op.count * np.asarray(t.op.mem_bytes)),
                              comm_bytes=f(t.op.count * np.asarray(t.op.comm_bytes)), bound=str(np.ravel(t.bound)[0])))
-        rows.append(dict(phase=phase, op="step_overhead", kind="overhead", layers=1, time_s=st.overhead_s,
-                         flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
+        how = (f"{eff.step_overhead.value * 1e3:g} ms per step + {eff.sequence_overhead.value * 1e6:g} us per "
+               f"sequence ({hw.framework or 'profile'})")
+        rows.append(dict(phase=phase, op="step_overhead", kind="overhead", layers=1, time_s=_first(st.overhead_s),
+                         roofline_s=0.0, efficiency=how, source=eff.sequence_overhead.source if phase == "decode"
+                         else eff.step_overhead.source, flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
+    rows.append(dict(phase="prefill", op="request_overhead", kind="overhead", layers=1,
+                     time_s=eff.request_overhead.value, roofline_s=0.0, efficiency="per request, in TTFT",
+                     source=eff.request_overhead.source, flops=0.0, bytes=0.0, comm_bytes=0.0, bound="overhead"))
     return rows

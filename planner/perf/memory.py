@@ -18,30 +18,37 @@ from planner.catalog.model import ModelSpec
 from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops
 from planner.perf.parallel import Layout
 
-# vLLM's default gpu_memory_utilization = 0.9: 10% of HBM stays out of the engine's pool (CUDA/HIP
-# context, graphs, allocator fragmentation). vLLM engine arguments documentation.
-MEMORY_UTILIZATION = 0.9
 # Tokens a prefill step processes at once (vLLM V1 default max_num_batched_tokens = 8192 for
 # online serving on large GPUs); sizes the activation workspace.
 PREFILL_CHUNK_TOKENS = 8192
 
 
-def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
-    """KV-cache bytes one token adds on one device (its stage's attention layers)."""
-    tp = layout.tp
+def _kv_elements_per_token_layer(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     if model.mla is not None:
-        per_layer = np.full(tp.shape, float(model.kv_elements_per_token_layer))
-    else:
-        per_layer = 2.0 * np.maximum(model.num_kv_heads / tp, 1) * model.head_dim
+        return np.full(tp.shape, float(model.kv_elements_per_token_layer))
+    return 2.0 * np.maximum(model.num_kv_heads / tp, 1) * model.head_dim
+
+
+def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
+    """KV-cache bytes one token adds on one device (its stage's full-attention layers; windowed
+    layers are bounded per sequence, see ``state_bytes_per_sequence_device``)."""
+    per_layer = _kv_elements_per_token_layer(model, layout.tp)
     return model.num_attention_layers * per_layer * kv_dtype.bytes / layout.pp
 
 
 def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
-    """Constant per-sequence linear-attention state on one device (0 for pure attention models)."""
-    la = model.linear_attention
-    if la is None:
-        return np.zeros(layout.tp.shape)
-    return len(la.layers) * la.state_elements / layout.tp * kv_dtype.bytes / layout.pp
+    """Per-sequence memory that does not grow with the context, on one device: linear-attention
+    state, and the KV of windowed layers, reserved for their whole window (``window.size``
+    tokens: exact once a sequence is longer than the window, as engines that free out-of-window
+    blocks hold it; it overstates shorter ones by the part of the window they do not fill)."""
+    out = np.zeros(layout.tp.shape)
+    la, win = model.linear_attention, model.window
+    if la is not None:
+        out = out + len(la.layers) * la.state_elements / layout.tp * kv_dtype.bytes / layout.pp
+    if win is not None:
+        per_layer = _kv_elements_per_token_layer(model, layout.tp)
+        out = out + model.num_local_layers * win.size * per_layer * kv_dtype.bytes / layout.pp
+    return out
 
 
 def weight_bytes_device(ops: list[Op], layout: Layout, dtypes: DTypes) -> np.ndarray:
@@ -63,12 +70,23 @@ def workspace_bytes(model: ModelSpec, layout: Layout, dtypes: DTypes):
     return PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
 
 
+def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
+    """Device memory the engine keeps out of its KV pool beyond weights and workspace, by its
+    policy (``HardwareProfile.memory_policy``): ``(1 - f) x total`` for vLLM/SGLang-style
+    engines, ``(1 - f) x (total - weights - workspace)`` for TensorRT-LLM's free fraction."""
+    cap, pol = hw.memory.capacity.value, hw.memory_policy
+    f = pol.fraction.value
+    if pol.kind == "free_fraction":
+        return (1 - f) * np.maximum(cap - np.asarray(weights) - np.asarray(workspace), 0.0)
+    return (1 - f) * cap + 0 * np.asarray(weights, dtype=float)
+
+
 def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes) -> np.ndarray:
-    """Device memory left for the KV cache: the engine's pool (capacity x utilization) minus
-    weights and workspace (may be negative: the model does not fit)."""
+    """Device memory left for the KV cache: capacity minus weights, workspace and the engine's
+    reserve (may be negative: the model does not fit)."""
     ops = layer_ops(model, layout, Step.of(1, 1, 0), dtypes)
-    return (hw.memory.capacity.value * MEMORY_UTILIZATION - weight_bytes_device(ops, layout, dtypes)
-            - workspace_bytes(model, layout, dtypes))
+    weights, work = weight_bytes_device(ops, layout, dtypes), workspace_bytes(model, layout, dtypes)
+    return hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work)
 
 
 @dataclass(frozen=True)
@@ -106,12 +124,13 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
         model, layout, dtypes.kv)
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
-    workspace = workspace_bytes(model, layout, dtypes)
+    workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
+    weights = weight_bytes_device(ops, layout, dtypes) + 0 * cap
     return MemoryUse(
         capacity=cap,
-        reserved=cap * (1 - MEMORY_UTILIZATION),
-        weights=weight_bytes_device(ops, layout, dtypes) + 0 * cap,
-        workspace=workspace + 0 * cap,
+        reserved=reserved_bytes(hw, weights, workspace) + 0 * cap,
+        weights=weights,
+        workspace=workspace,
         kv_cache=batch / dp * per_seq_dev,
         kv_per_sequence=per_seq_dev / dp,
     )
@@ -120,7 +139,8 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
 def kv_cache_bytes_per_token(model: ModelSpec, kv_dtype: DType | str = DType.bf16) -> int:
     """KV-cache bytes one token adds across all layers of one sequence (no parallelism):
     GQA ``layers x 2 x kv_heads x head_dim x bytes``; MLA ``layers x (kv_lora + rope) x bytes``.
-    Linear-attention layers add nothing per token (their state is constant per sequence)."""
+    Linear-attention and windowed layers add nothing per token at long context (their state is
+    bounded per sequence: ``state_bytes_per_sequence_device``)."""
     per = kv_bytes_per_token_device(model, Layout.of(), DType(kv_dtype))
     return int(round(float(per)))
 

@@ -24,7 +24,7 @@ from enum import Enum
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.catalog.model import FFNKind, Mixer, ModelSpec
+from planner.catalog.model import AttentionWindow, FFNKind, Mixer, ModelSpec
 from planner.perf.parallel import Layout
 
 # Linear attention (chunked form, chunk 64): state decay + delta-rule update + readout cost
@@ -79,6 +79,11 @@ class Op:
     comm_bytes: np.ndarray | float = 0.0      # payload sent per device
     group: np.ndarray | int = 1               # devices in the collective
     params: np.ndarray | float = 0.0          # parameters stored on the device (for memory)
+    keys: np.ndarray | float = 0.0            # attention: mean keys a new query attends to (0: not FA-shaped)
+    remote_bytes: np.ndarray | float = 0.0    # EP all-to-all: the device's tokens once (hidden x bytes each)
+    draws: float = 0.0                        # EP all-to-all: scale-up domains a token may target
+    imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
+    grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
 
     @property
     def mem_bytes(self):
@@ -103,6 +108,11 @@ class _Ctx:
         self.tokens_all = self.step.batch * self.step.q_len
 
     @property
+    def mean_keys(self) -> np.ndarray:
+        """Keys a new query attends to on average (causal: the cached ones plus half the new)."""
+        return self.step.ctx + (self.step.q_len + 1) / 2
+
+    @property
     def pairs(self) -> np.ndarray:
         q, c = self.step.q_len, self.step.ctx
         return self.b_loc * (q * c + q * (q + 1) / 2)
@@ -119,7 +129,9 @@ class _Ctx:
         return Op(name, OpKind.all_reduce, count, comm_bytes=payload, group=self.lay.tp)
 
 
-def _attention(c: _Ctx, n: int) -> list[Op]:
+def _attention(c: _Ctx, n: int, window: AttentionWindow | None = None) -> list[Op]:
+    """GQA/MHA attention; with a ``window`` (local layers) each new token scores only the keys
+    inside its window or chunk and reads only those from the KV cache."""
     m, tp = c.m, c.lay.tp
     h, d = m.hidden_size, m.head_dim
     heads = m.num_heads / tp
@@ -129,14 +141,21 @@ def _attention(c: _Ctx, n: int) -> list[Op]:
     bias = qkv_n if m.biases else 0
     kv_tok = 2 * kv_heads * d * c.dt.kv.bytes
     q, ctx = c.step.q_len, c.step.ctx
+    pairs = c.pairs if window is None else c.b_loc * window.pairs(q, ctx)
+    seen = ctx if window is None else window.visible_cached(ctx)
     return [
         c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias),
-        Op("attention", OpKind.attention, n, flops=4.0 * heads * d * c.pairs,
+        Op("attention", OpKind.attention, n, flops=4.0 * heads * d * pairs,
            act_bytes=2 * c.tokens * heads * d * c.dt.act.bytes,
-           kv_bytes=c.b_loc * (ctx + 2 * q) * kv_tok),
+           kv_bytes=c.b_loc * (seen + 2 * q) * kv_tok,
+           keys=c.mean_keys if window is None else window.pairs(q, ctx) / np.maximum(q, 1)),
         c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0)),
         c.all_reduce("attn_all_reduce", n),
     ]
+
+
+def _local_attention(c: _Ctx, n: int) -> list[Op]:
+    return _attention(c, n, c.m.window)
 
 
 def _mla(c: _Ctx, n: int) -> list[Op]:
@@ -169,7 +188,7 @@ def _mla(c: _Ctx, n: int) -> list[Op]:
                   * c.dt.act.bytes))
     ops.append(Op("attention", OpKind.attention, n, flops=np.where(prefill, mha, latent),
                   act_bytes=2 * T * heads * (dn + dr) * c.dt.act.bytes,
-                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes))
+                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes, keys=c.mean_keys))
     ops.append(c.gemm("o_proj", n, heads * dv, h))
     ops.append(c.all_reduce("attn_all_reduce", n))
     return ops
@@ -219,30 +238,52 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     """Routed experts (+ shared experts). With ``ep <= tp`` every device of the TP group holds
     all tokens: it runs its experts on the tokens routed to them and one all-reduce sums the
     results (vLLM TP + expert parallel). With ``ep > tp`` (attention data parallel) tokens are
-    dispatched to their experts' devices and combined back by all-to-all (DeepEP-style)."""
+    dispatched to their experts' devices and combined back by all-to-all (DeepEP-style).
+
+    Expert parallelism is only as fast as its most loaded device. With ``ep`` not dividing the
+    experts some devices hold ``ceil(E / ep)``; and with ``T k`` expert assignments spread
+    uniformly over ``ep`` devices (``mu`` each, binomial), the expected maximum is about
+    ``mu + sqrt(2 mu ln ep)`` (Gaussian extreme value), so the factor is
+    ``1 + sqrt(2 ln(ep) / mu)``: large at small decode batches, ~1 at large prefill batches.
+    Routing skew beyond the uniform case (what EPLB removes) is the framework's ``moe_imbalance``
+    (applied in ``roofline``)."""
     m, lay, moe = c.m, c.lay, c.m.moe
     assert moe is not None
     h, E, k = m.hidden_size, moe.num_experts, moe.experts_per_token
     ab = c.dt.act.bytes
     expert_params = 3 * h * moe.expert_intermediate_size
     hit = 1.0 - (1.0 - k / E) ** c.tokens_all               # fraction of experts this step touches
-    routed = c.tokens_all * k / lay.stage_devices            # expert-token assignments per device
-    stored = E / lay.ep * expert_params / lay.expert_tp
+    routed = c.tokens_all * k / lay.stage_devices            # expert-token assignments per device (mean)
+    per_rank = np.ceil(E / lay.ep)                           # experts on the fullest EP rank
+    stored = per_rank * expert_params / lay.expert_tp
+    mu = np.maximum(c.tokens_all * k / lay.ep, 1e-9)
+    uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
     a2a = lay.attention_dp > 1
     dispatch = np.where(a2a, c.tokens_all / lay.stage_devices * k * h * ab, 0.0)
+    # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
+    # expert groups, so it crosses the scale-out network to at most that many nodes, once each
+    limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
+    draws = float(min(k, moe.groups_per_token) if limited else k)
+    once = np.where(a2a, c.tokens_all / lay.stage_devices * h * ab, 0.0)
     ops = [c.gemm("router", n, h, E)]
     if np.any(a2a):
-        ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, group=lay.ep))
+        ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
+                      draws=draws, group=lay.ep, imbalance=uneven))
+    # tokens are permuted into expert order before the grouped GEMM and un-permuted and summed
+    # with their gate weights after it: each routed copy of a hidden vector is read and written twice
+    ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=4.0 * routed * h * ab, group=lay.ep,
+                  imbalance=uneven))
     ops.append(Op("experts", OpKind.gemm, n, flops=2.0 * routed * expert_params,
                   weight_bytes=stored * hit * c.dt.weight.bytes,
                   act_bytes=routed * (2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp) * ab,
-                  params=stored))
+                  params=stored, group=lay.ep, imbalance=uneven, grouped=True))
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
         ops.append(c.gemm("shared_expert_up", n, h, 2 * width))
         ops.append(c.gemm("shared_expert_down", n, width, h))
     if np.any(a2a):
-        ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, group=lay.ep))
+        ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
+                      draws=draws, group=lay.ep, imbalance=uneven))
     ops.append(c.all_reduce("ffn_all_reduce", n))
     return ops
 
@@ -253,7 +294,7 @@ def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
     up-projection, writes half of it): memory-bound. Params: norm weights (and biases)."""
     m = c.m
     params = (4 if m.biases else 2) * m.hidden_size
-    if m.qk_norm and mixer is Mixer.attention:
+    if m.qk_norm and mixer is not Mixer.linear:
         params += 2 * m.head_dim
     if m.mla is not None and mixer is Mixer.attention:
         params += m.mla.kv_lora_rank + (m.mla.q_lora_rank or 0)
@@ -263,7 +304,7 @@ def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
     return Op("norms_residual", OpKind.elementwise, n, act_bytes=passes * c.tokens * c.dt.act.bytes, params=params)
 
 
-_MIXERS = {Mixer.linear: _linear_attention}
+_MIXERS = {Mixer.linear: _linear_attention, Mixer.local: _local_attention}
 _FFNS = {FFNKind.dense: _dense_ffn, FFNKind.moe: _moe_ffn}
 
 
@@ -314,11 +355,27 @@ def _embedding_and_head(c: _Ctx) -> list[Op]:
 def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
     """Operators of one iteration that runs two groups of tokens together (continuous batching:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
-    pair up one to one: work and traffic add, weights are read once (the larger touched set)."""
+    pair up one to one: work and traffic add, weights are read once (the larger touched set).
+    Attention is the exception: decode and prefill attention run as their own kernels (paged
+    decode vs FlashAttention prefill), each at its own efficiency, so both are kept."""
     out = []
     for x, y in zip(a, b, strict=True):
+        if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
+            out += [x, replace(y, name=f"{y.name}_prefill")]
+            continue
         out.append(Op(x.name, x.kind, x.count, flops=x.flops + y.flops,
                       weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
                       act_bytes=x.act_bytes + y.act_bytes, kv_bytes=x.kv_bytes + y.kv_bytes,
-                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params))
+                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params,
+                      remote_bytes=x.remote_bytes + y.remote_bytes, draws=max(x.draws, y.draws),
+                      imbalance=_combined_imbalance(x.imbalance, y.imbalance), grouped=x.grouped))
     return out
+
+
+def _combined_imbalance(gx, gy):
+    """Load factor of two token groups routed together: the statistical excess ``g - 1`` goes as
+    ``1 / sqrt(assignments)``, so the excesses combine like resistors in series of their squares."""
+    ex, ey = np.asarray(gx, float) - 1, np.asarray(gy, float) - 1
+    with np.errstate(divide="ignore"):
+        inv = np.where(ex > 0, ex ** -2.0, np.inf) + np.where(ey > 0, ey ** -2.0, np.inf)
+    return 1 + np.where(np.isfinite(inv), inv ** -0.5, 0.0)

@@ -71,7 +71,8 @@ def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
     if model.moe is None:
         flag(ep != 1, "ep > 1 needs a mixture-of-experts model")
     else:
-        flag(model.moe.num_experts % np.maximum(ep, 1) != 0, f"ep must divide the {model.moe.num_experts} experts")
+        # ep need not divide the experts: the fullest rank holds ceil(E / ep) (perf.ops._moe_ffn)
+        flag(ep > model.moe.num_experts, f"ep cannot exceed the {model.moe.num_experts} experts")
     big, small = np.maximum(tp, ep), np.maximum(np.minimum(tp, ep), 1)
     flag(big % small != 0, "the larger of tp and ep must be a multiple of the smaller")
     flag(pp > model.num_layers, f"pp cannot exceed the {model.num_layers} layers")

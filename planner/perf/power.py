@@ -44,9 +44,18 @@ def capped_clock_fraction(hw: HardwareProfile, cap_w: float) -> float:
     return float(((cap_w - idle) / (tdp - idle)) ** (1 / 3))
 
 
+def memory_clock_factor(hw: HardwareProfile, clock_fraction: float) -> float:
+    """Fraction of its full-clock bandwidth a memory-bound kernel keeps at ``clock_fraction``:
+    HBM does not slow with the SM clock, but the SMs must still issue the loads, and below
+    ``1 / power.memory_clock_headroom`` of the clock the issue rate binds (decode then slows in
+    proportion to the clock)."""
+    return float(min(1.0, hw.power.memory_clock_headroom.value * clock_fraction))
+
+
 def apply_power_cap(hw: HardwareProfile, cap_fraction: float) -> HardwareProfile:
     """The profile under a power cap of ``cap_fraction`` x TDP: compute peaks scaled by the
-    capped clock, HBM and links unchanged (memory-bound decode barely slows), TDP = the cap."""
+    capped clock, memory-bound kernels by ``memory_clock_factor`` (unchanged for moderate caps:
+    memory-bound decode barely slows), links unchanged, TDP = the cap."""
     if not 0 < cap_fraction <= 1:
         raise InputError(f"power cap fraction must be in (0, 1], got {cap_fraction}")
     if cap_fraction == 1:
@@ -56,7 +65,12 @@ def apply_power_cap(hw: HardwareProfile, cap_fraction: float) -> HardwareProfile
     note = f"capped at {cap_fraction:.0%} TDP: clock x {f:.3f}"
     peaks = {k: v.model_copy(update={"value": v.value * f, "note": note}) for k, v in hw.peak_flops.items()}
     power = hw.power.model_copy(update={"tdp": hw.power.tdp.model_copy(update={"value": cap_w, "note": note})})
-    return hw.model_copy(update={"name": f"{hw.name}@{cap_fraction:.0%}", "peak_flops": peaks, "power": power})
+    mem = hw.efficiency.memory
+    eff = hw.efficiency.model_copy(update={"memory": mem.model_copy(update={
+        "value": mem.value * memory_clock_factor(hw, f), "note": f"{note}: issue-rate bound below f = "
+        f"{1 / hw.power.memory_clock_headroom.value:.2f}"})})
+    return hw.model_copy(update={"name": f"{hw.name}@{cap_fraction:.0%}", "peak_flops": peaks, "power": power,
+                                 "efficiency": eff})
 
 
 def apply_clock(hw: HardwareProfile, clock_fraction: float) -> HardwareProfile:

@@ -20,7 +20,7 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.comm import collective_time
+from planner.perf.comm import collective_time, ep_all_to_all_time, link_of
 from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, layer_ops
 from planner.perf.parallel import Layout
 
@@ -39,7 +39,8 @@ class OpTime:
     compute_s: np.ndarray
     memory_s: np.ndarray
     comm_s: np.ndarray
-    fixed_s: float = 0.0   # per-kernel latency (compute operators only)
+    fixed_s: np.ndarray | float = 0.0   # per-kernel latency (compute operators with work only)
+    alpha_s: np.ndarray | float = 0.0   # collectives: the latency part of comm_s
 
     @property
     def time_s(self) -> np.ndarray:
@@ -53,14 +54,30 @@ class OpTime:
 
 @dataclass(frozen=True)
 class StepTime:
-    """A whole forward step through all layers of the model (all pipeline stages in sequence)."""
+    """A whole forward step through all layers of the model (all pipeline stages in sequence).
+    ``overhead_s`` is the engine's host time of the step (fixed + per running sequence). With
+    ``overlap`` (two micro-batches, DeepSeek/SGLang two-batch overlap, CloudMatrix microbatch
+    pipelining) the EP all-to-alls of one micro-batch run under the other's compute, so the layers
+    take ``max(compute + s x all-to-all, all-to-all)``, where ``s`` is the share of compute units the
+    communication kernels occupy while they run (DeepEP normal kernels: 24 of 132 SMs) - and every
+    kernel and every collective now runs twice on
+    half the tokens, so their fixed latencies count twice. That is why overlap pays in prefill
+    (bandwidth-bound dispatch, +23-31% on CloudMatrix384) and little in decode (latency-bound,
+    +6-9%: cm384_paper)."""
 
     ops: list[OpTime]
-    overhead_s: float
+    overhead_s: np.ndarray | float
+    overlap: bool = False
+    comm_share: float = 0.0    # compute units the overlapped all-to-all kernels take from compute
 
     @property
     def layers_s(self) -> np.ndarray:
-        return sum(t.time_s for t in self.ops)
+        if not self.overlap:
+            return sum(t.time_s for t in self.ops)
+        a2a = sum((t.time_s + t.op.count * t.alpha_s for t in self.ops if t.op.kind is OpKind.all_to_all), 0.0)
+        rest = sum((t.time_s + t.op.count * (t.fixed_s + t.alpha_s)
+                    for t in self.ops if t.op.kind is not OpKind.all_to_all), 0.0)
+        return np.maximum(rest + self.comm_share * a2a, a2a)
 
     @property
     def total_s(self) -> np.ndarray:
@@ -98,17 +115,95 @@ def operand_dtype(op: Op, dtypes: DTypes) -> DType:
 
 
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
+    """Roofline time of one operator with the efficiencies that apply to its kind (see
+    ``efficiency_of`` for which figure each one takes)."""
+    eff = hw.efficiency
     fmt = hw.compute_dtype(operand_dtype(op, dtypes))
-    peak = hw.peak_flops_per_s(fmt) * hw.efficiency.gemm_plateau(fmt)
-    bw = hw.memory.bandwidth.value * hw.efficiency.memory.value
-    compute = np.asarray(op.flops, dtype=float) / peak
-    memory = np.asarray(op.mem_bytes, dtype=float) / bw
+    flops = np.asarray(op.flops, dtype=float)
+    weight = np.asarray(op.weight_bytes, dtype=float)
+    moved = np.asarray(op.act_bytes, dtype=float) + np.asarray(op.kv_bytes, dtype=float)
+    peak, bw = hw.peak_flops_per_s(fmt), hw.memory.bandwidth.value
     if op.kind in COMM_KINDS:
-        return OpTime(op, compute, memory, collective_time(hw, op.kind.value, op.comm_bytes, op.group))
-    return OpTime(op, compute, memory, np.zeros(()), hw.efficiency.kernel_latency.value)
+        alpha = np.where(np.asarray(op.group) > 1, link_of(hw, op.group)[1], 0.0)
+        return OpTime(op, flops / (peak * eff.gemm_plateau(fmt)), (weight + moved) / (bw * eff.memory.value),
+                      _comm_time(hw, op, dtypes), alpha_s=alpha)
+    if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
+        keys = np.maximum(np.asarray(op.keys, dtype=float), 1.0)
+        att = eff.attention
+        compute = flops / (peak * att.prefill.value * keys / (keys + att.prefill_half_keys.value))
+        memory = (weight + moved) / (bw * eff.memory.value * keys / (keys + att.decode_half_ctx.value))
+    else:
+        load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
+        grouped = eff.grouped_gemm.value if op.grouped else 1.0
+        compute = flops * load / (peak * eff.gemm_plateau(fmt) * grouped)
+        by_format = eff.memory_by_format.get(dtypes.weight) if op.kind is OpKind.gemm else None
+        stream = (by_format or eff.memory).value
+        memory = weight / (bw * stream) + moved * load / (bw * eff.memory.value)
+    busy = (flops > 0) | (weight + moved > 0)
+    return OpTime(op, compute, memory, np.zeros(()), eff.kernel_latency.value * busy)
+
+
+def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
+    """(time at nameplate peaks, the efficiency applied in words, its source) of one timed
+    operator: what ``whatif --explain`` shows so a user sees why a number is what it is."""
+    op, eff = t.op, hw.efficiency
+    fmt = hw.compute_dtype(operand_dtype(op, dtypes))
+    ideal = np.maximum(np.asarray(op.flops, float) / hw.peak_flops_per_s(fmt),
+                       np.asarray(op.mem_bytes, float) / hw.memory.bandwidth.value)
+    bound = np.ravel(t.bound)[0]
+    if op.kind in COMM_KINDS:
+        bw = link_of(hw, op.group)[0] / np.where(np.asarray(op.group) <= hw.domain_size,
+                                                 hw.efficiency.scale_up.value, hw.efficiency.scale_out.value)
+        shape = 2.0 if op.kind is OpKind.all_reduce else 1.0
+        g = np.asarray(op.group, float)
+        ideal = shape * (g - 1) / np.maximum(g, 1) * np.asarray(op.comm_bytes, float) / bw
+        link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
+        extra = (", FP8 dispatch" if eff.fp8_dispatch and op.name.endswith("dispatch") else "")
+        fig = eff.scale_up if link == "scale-up" else eff.scale_out
+        return ideal, f"{link} link x {fig.value:.2f} + latency" + extra, fig.source
+    if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
+        att, keys = eff.attention, float(np.ravel(np.maximum(op.keys, 1))[0])
+        if bound == "compute":
+            f = att.prefill.value * keys / (keys + att.prefill_half_keys.value)
+            return ideal, f"FlashAttention {f:.0%} of peak at {keys:,.0f} keys/query", att.prefill.source
+        f = eff.memory.value * keys / (keys + att.decode_half_ctx.value)
+        return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", att.decode_half_ctx.source
+    skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
+    load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
+    skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
+    fixed = f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    if bound == "compute":
+        plateau = eff.gemm_by_format.get(fmt) or eff.gemm
+        return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
+    return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
+
+
+def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> np.ndarray:
+    """A collective on its link. EP all-to-all is as slow as its most loaded device; dispatch
+    travels in FP8 (1 byte + one FP32 scale per 128 values) when the engine does so (DeepEP),
+    combine in the activation format."""
+    if op.kind is OpKind.all_to_all:
+        load = np.asarray(op.imbalance, dtype=float) * hw.efficiency.moe_imbalance.value
+        fmt = (1 + 4 / 128) / dtypes.act.bytes if (hw.efficiency.fp8_dispatch and op.name.endswith("dispatch")) else 1.0
+        scale = load * fmt
+        return ep_all_to_all_time(hw, np.asarray(op.comm_bytes) * scale, np.asarray(op.remote_bytes) * scale,
+                                  op.draws, op.group)
+    return collective_time(hw, op.kind.value, op.comm_bytes, op.group)
+
+
+def step_overhead_s(hw: HardwareProfile, layout: Layout, batch) -> np.ndarray:
+    """Host time of one engine step: a fixed part and a part per running sequence its scheduler
+    handles (each attention-DP rank has its own scheduler)."""
+    eff = hw.efficiency
+    return eff.step_overhead.value + eff.sequence_overhead.value * np.asarray(batch, dtype=float) / layout.attention_dp
+
+
+def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layout, batch) -> StepTime:
+    """Time every operator and add the engine's step overhead for ``batch`` running sequences."""
+    return StepTime([op_time(hw, op, dtypes) for op in ops], step_overhead_s(hw, layout, batch),
+                    hw.efficiency.overlap_moe_comm, hw.efficiency.comm_compute_share.value)
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
     """Time of one forward step of ``step.batch`` sequences through all layers."""
-    ops = layer_ops(model, layout, step, dtypes)
-    return StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
+    return build_step(hw, layer_ops(model, layout, step, dtypes), dtypes, layout, step.batch)

@@ -22,12 +22,15 @@ from planner.perf.comm import collective_time
 from planner.perf.ops import DTypes, Step, layer_ops, merge_ops, mtp_draft_ops
 from planner.perf.parallel import Layout
 from planner.perf.power import step_power_w
-from planner.perf.roofline import StepTime, op_time
+from planner.perf.roofline import build_step
 from planner.perf.speculation import NO_SPECULATION, Speculation
 
 
 class Engine(Frozen):
     """Serving-engine knobs (defaults: vLLM V1)."""
+
+    framework: str | None = Field(None, description="serving framework entry (catalog name or YAML path) whose "
+                                  "efficiencies and overheads apply; default: vllm")
 
     chunked_prefill: bool = True
     max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
@@ -64,7 +67,8 @@ def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     pre = layer_ops(model, lay, Step.of(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                         prompt_len, 0.0), dtypes)
     ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.of(n, 1.0, decode_ctx), dtypes, passes=k)
-    st = StepTime([op_time(hw, op, dtypes) for op in ops], hw.efficiency.step_overhead.value)
+    st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
+        prompt_len, float))
     tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
     p2p = collective_time(hw, "p2p", tokens * model.hidden_size * dtypes.act.bytes, lay.devices)
     return Iteration(st.total_s + np.where(pp > 1, pp * p2p, 0.0), step_power_w(hw, st))

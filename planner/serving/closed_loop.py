@@ -6,25 +6,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import InfeasibleError, InputError
-from planner.frozen import Frozen
-from planner.perf.estimate import resolve_dtypes
+from planner.perf.estimate import phase_bounds, resolve_dtypes
+from planner.perf.ops import Step
 from planner.perf.parallel import Layout, check_layout
+from planner.perf.roofline import step_time
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, serving_curve
 from planner.serving.workload import Fixed, Workload, length_stats
 
 
-class ServingEstimate(Frozen):
+class ServingEstimate(Banded):
     """One instance in steady state (``planner.throughput``)."""
 
     model: str
     hardware: str
+    framework: str = ""
     tp: int
     pp: int
     ep: int
@@ -46,9 +50,11 @@ class ServingEstimate(Frozen):
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
                input_len: int, output_len: int, weight_dtype: str | DType = "bf16",
                kv_dtype: str | DType | None = None, concurrency: int | None = None,
-               engine: Engine | None = None) -> ServingEstimate:
-    """Continuous-batching steady state of one instance (see module docstring)."""
-    m, hw = get_model(model), get_hardware(hardware)
+               engine: Engine | None = None, framework: str | None = None) -> ServingEstimate:
+    """Continuous-batching steady state of one instance (see module docstring); ``framework``
+    (or ``engine.framework``) names the serving engine (default ``frameworks.DEFAULT_FRAMEWORK``)."""
+    m = get_model(model)
+    hw = with_framework(get_hardware(hardware), framework or (engine.framework if engine else None))
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
@@ -88,9 +94,25 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         nb = float(np.interp(pop, population, n))
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])
+    bounds = _bounds_at(m, hw, lay, dtypes, nb, input_len, output_len)
     return ServingEstimate(
-        model=m.name, hardware=hw.name, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+        model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, input_len=input_len,
+        output_len=output_len,
         output_tokens_per_s=float(x * output_len), total_tokens_per_s=float(x * (input_len + output_len)),
         requests_per_s=float(x), ttft_s=float(ttft), tpot_s=float(t), concurrency=float(pop),
         decode_batch=float(nb), accelerators=devices, power_w=float(power * devices),
-        usd_per_h=devices * hw.price.rent.value if hw.price.rent else None, limit=limit)
+        usd_per_h=devices * hw.price.rent.value if hw.price.rent else None, limit=limit, regime_bounds=bounds,
+        **band_fields(hw.vendor, hw.framework, bounds, float(ttft), float(t), float(x * output_len)))
+
+
+def _bounds_at(m: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes, decode_batch: float, input_len: int,
+               output_len: int) -> dict[str, str]:
+    """Error-band bound of each phase at the steady state: one prompt's prefill, a decode step
+    of the steady decode batch at the middle context; ``serving`` is the bound of the phase that
+    takes more machine time per request (a prefill vs ``output_len - 1`` decode steps shared by
+    the batch)."""
+    b = max(1.0, round(decode_batch))
+    pre = step_time(m, hw, lay, Step.of(1.0, float(input_len), 0.0), dtypes)
+    dec = step_time(m, hw, lay, Step.of(b, 1.0, input_len + 0.5 * (output_len - 1)), dtypes)
+    per_request_decode_s = float(np.ravel(dec.total_s)[0]) * (output_len - 1) / b
+    return phase_bounds(pre, dec, float(np.ravel(pre.total_s)[0]), per_request_decode_s)

@@ -192,6 +192,7 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     var_tpot = (np.maximum(slope, 0) ** 2 * n * arrival_scv
                 + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
     sd_tpot = np.sqrt(var_tpot)
+    t_iter = t_iter + hw.efficiency.request_overhead.value   # host time per request (tokenize, admit)
     ttft = {"mean": wait + I * own + t_iter}
     tpot_q = {"mean": tpot}
     e2e = {}

@@ -148,8 +148,9 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     o = output_len[keep]
     tpot = np.where(o > 1, (done[keep] - (ttft[keep] + arrival_s[keep])) / np.maximum(o - 1, 1), 0.0)
     span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
-    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters,
-                     _steady_throughput(arrival_s, done, warmup_frac))
+    host = hw.efficiency.request_overhead.value       # per-request host time (tokenize, admit), in TTFT and E2E
+    return SimResult(ttft[keep] + host, tpot, done[keep] - arrival_s[keep] + host, input_len[keep], o, span, energy,
+                     preempt, iters, _steady_throughput(arrival_s, done, warmup_frac))
 
 
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
@@ -368,8 +369,9 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
     o = output_len[keep]
     tpot = np.where(o > 1, (done[keep] - first_token[keep]) / np.maximum(o - 1, 1), 0.0)
     span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
-    return SimResult(ttft[keep], tpot, done[keep] - arrival_s[keep], input_len[keep], o, span, energy, preempt, iters,
-                     _steady_throughput(arrival_s, done, warmup_frac))
+    host = thw.efficiency.request_overhead.value       # per-request host time (tokenize, admit), in TTFT and E2E
+    return SimResult(ttft[keep] + host, tpot, done[keep] - arrival_s[keep] + host, input_len[keep], o, span, energy,
+                     preempt, iters, _steady_throughput(arrival_s, done, warmup_frac))
 
 
 def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfile, Layout, int],

@@ -1,0 +1,123 @@
+"""``planner calibrate RESULTS... --hardware H --model M --framework NAME -o NAME.yaml``: fit a
+framework entry to the user's own benchmark runs (``benchfiles.py`` reads them).
+
+Every run is predicted by the closed-loop serving model (``planner.throughput`` at the run's
+lengths and concurrency) with a candidate entry; the step overhead, GEMM scale and memory scale
+minimize the sum of squared log errors of mean TTFT, mean TPOT and output tokens/s over all runs
+(``scipy.optimize.least_squares``, trust-region reflective, bounds 0.1-100 ms and 0.1-1.0; started
+from the best point of a 2 x 2 x 2 grid of ``calibrate.candidate`` entries). Log errors weigh a 10%
+miss alike on a 20 ms TPOT and a 2 s TTFT. The entry keeps the base entry's scheduling defaults
+(max_num_seqs, KV reservation) when NAME is a catalog framework. The written file is a
+one-entry frameworks file, usable wherever a framework name is (``framework(path)``); its header
+gives the fit's residuals and their slowdown quantiles (in-sample: a band for these runs only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from planner.benchfiles import Run, read_runs
+from planner.calibrate import candidate
+from planner.catalog.bands import conformal_quantile
+from planner.catalog.frameworks import Framework, framework
+from planner.catalog.hardware import hardware
+from planner.errors import InputError
+from planner.serving.closed_loop import throughput
+
+METRICS = ("ttft_s", "tpot_s", "output_tokens_per_s")
+GRID = ((3.0, 15.0), (0.5, 0.9), (0.6, 0.95))    # starting points: overhead ms, gemm, memory
+
+
+def predict_runs(runs: list[Run], fw: Framework, hw_name: str, model: str, deploy: dict) -> np.ndarray:
+    """Predicted (runs x METRICS) for entry ``fw``; one serving steady state per run."""
+    hw = fw.apply(hardware(hw_name))
+    out = np.empty((len(runs), len(METRICS)))
+    for k, r in enumerate(runs):
+        s = throughput(model, hw, input_len=r.input_len, output_len=r.output_len, concurrency=r.concurrency,
+                       engine=fw.engine(), **deploy)
+        out[k] = [getattr(s, m) for m in METRICS]
+    return out
+
+
+def measured(runs: list[Run]) -> np.ndarray:
+    """Measured (runs x METRICS), NaN where a run does not report the metric."""
+    return np.array([[getattr(r, m) if getattr(r, m) else np.nan for m in METRICS] for r in runs], dtype=float)
+
+
+def _log_errors(x, base, runs, hw_name, model, deploy, meas) -> np.ndarray:
+    pred = predict_runs(runs, candidate(base, x[0] * 1e-3, x[1], x[2]), hw_name, model, deploy)
+    e = np.log(pred / meas)
+    return e[np.isfinite(e)]
+
+
+def fit_runs(runs: list[Run], hw_name: str, model: str, deploy: dict, base: Framework) -> tuple[Framework, dict]:
+    """The fitted entry and its report (parameters, residuals, in-sample slowdown quantiles)."""
+    from scipy.optimize import least_squares
+
+    meas = measured(runs)
+    if np.isfinite(meas).sum() < 3:
+        raise InputError("calibrate needs at least 3 measured values (TTFT, TPOT or throughput) to fit 3 parameters")
+    args = (base, runs, hw_name, model, deploy, meas)
+    starts = [np.array(x) for x in np.array(np.meshgrid(*GRID)).reshape(3, -1).T]   # 8 corners
+    x0 = min(starts, key=lambda x: float(np.sum(_log_errors(x, *args) ** 2)))
+    lo, hi = [0.1, 0.1, 0.1], [100.0, 1.0, 1.0]
+    res = least_squares(_log_errors, x0, args=args, bounds=(lo, hi),
+                        diff_step=1e-3, x_scale=[5.0, 0.2, 0.2], xtol=1e-6, ftol=1e-8)
+    fw = candidate(base, res.x[0] * 1e-3, float(res.x[1]), float(res.x[2]),
+                   note=f"planner calibrate on {len(runs)} run(s) of {hw_name}/{model}")
+    pred = predict_runs(runs, fw, hw_name, model, deploy)
+    rel = pred / meas - 1.0
+    slowdown = np.where(np.arange(len(METRICS)) < 2, meas / pred, pred / meas)[np.isfinite(meas)]
+    s = np.sort(slowdown)
+    report = {"step_overhead_ms": float(res.x[0]), "gemm_scale": float(res.x[1]), "memory_scale": float(res.x[2]),
+              "points": int(np.isfinite(meas).sum()),
+              "median_abs_rel_error": float(np.nanmedian(np.abs(rel))),
+              "max_abs_rel_error": float(np.nanmax(np.abs(rel))),
+              "per_metric_median_abs_rel_error": {m: float(np.nanmedian(np.abs(rel[:, j]))) if np.isfinite(
+                  rel[:, j]).any() else None for j, m in enumerate(METRICS)},
+              "slowdown_p10_p50_p90": [conformal_quantile(s, q) for q in (0.1, 0.5, 0.9)],
+              "at_bounds": [n for n, v, a, b in zip(("step_overhead_ms", "gemm_scale", "memory_scale"), res.x, lo, hi,
+                                                    strict=True) if min(v - a, b - v) < 1e-6 * (b - a)]}
+    return fw, report
+
+
+def base_entry(name: str) -> Framework:
+    """The catalog entry ``name`` if there is one, else an empty entry (profile defaults)."""
+    try:
+        return framework(name)
+    except InputError:
+        return Framework(description=f"{name} (calibrated from the user's benchmark runs)")
+
+
+def calibrate_files(files: list[str], hw_name: str, model: str, name: str, deploy: dict) -> tuple[Framework, dict]:
+    runs = [r for f in files for r in read_runs(f)]
+    hardware(hw_name)                                    # unknown names fail before any work
+    for key in ("tp", "pp", "ep"):                       # the files' layout unless given
+        if deploy.get(key) is None:
+            vals = {getattr(r, key) for r in runs if getattr(r, key)}
+            deploy[key] = int(vals.pop()) if len(vals) == 1 else 1
+    fw, report = fit_runs(runs, hw_name, model, deploy, base_entry(name))
+    report |= {"files": files, "runs": len(runs), "tools": sorted({r.tool for r in runs}), "hardware": hw_name,
+               "model": model, **{k: v for k, v in deploy.items() if v is not None}}
+    desc = f"{name}: fitted by planner calibrate to {len(runs)} run(s) ({', '.join(report['tools'])}) on {hw_name}"
+    return fw.model_copy(update={"description": desc}), report
+
+
+def dump_entry(name: str, fw: Framework, report: dict, path: str | None = None) -> str:
+    """A one-entry frameworks file with the fit's report as its header."""
+    path = path or f"{name}.yaml"
+    head = ["# Framework entry fitted by `planner calibrate` (planner/calibrate_files.py); use it by path:",
+            f"#   --framework {path}, or engine.framework: {path} in a scenario",
+            f"# runs: {report['runs']} from {', '.join(Path(f).name for f in report['files'])} "
+            f"({', '.join(report['tools'])})",
+            f"# hardware {report['hardware']}, model {report['model']}, tp {report.get('tp')}, ep {report.get('ep')}, "
+            f"pp {report.get('pp')}",
+            f"# in-sample error: median {report['median_abs_rel_error']:.1%}, max {report['max_abs_rel_error']:.1%} "
+            f"over {report['points']} values; slowdown (measured/predicted time) P10/P50/P90 "
+            + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"]),
+            f"# parameters at the edge of their range: {', '.join(report['at_bounds']) or 'none'}"]
+    body = {name: fw.model_dump(mode="json", exclude_none=True)}
+    return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False, width=200)

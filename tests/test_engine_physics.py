@@ -1,0 +1,96 @@
+"""Terms the bare roofline missed (issue: predictions ran optimistic): engine memory policies,
+per-sequence host overhead, expert-parallel load and all-to-all as DeepEP-class engines run it.
+Expected values are derived by hand in each test."""
+
+import pytest
+
+import planner
+from planner.catalog.frameworks import with_framework
+from planner.catalog.hardware import hardware
+from planner.perf.comm import ep_all_to_all_time
+
+
+def test_llama70b_bf16_tp2_on_a100_fits_many_sequences_under_tensorrt_llm():
+    """TensorRT-LLM publishes offline throughput for Llama-3.1-70B bf16 at TP2 on A100-80G. Per GPU:
+    80 GiB = 85.9 GB; weights 70.6 GB (141.1 GB / 2) and a 1.0 GB prefill workspace leave 14.3 GB,
+    of which TensorRT-LLM gives 90% (12.9 GB) to the KV cache; one 2,048-token sequence needs
+    2048 x 327,680 / 2 B = 335.5 MB per GPU, so ~38 sequences fit. vLLM's 0.9 of *total* memory
+    leaves 5.7 GB: ~17."""
+    kw = dict(tp=2, input_len=1024, output_len=1024, batch=1)
+    trt = planner.estimate("llama-3.1-70b", "a100-80g", framework="tensorrt-llm", **kw)
+    vllm = planner.estimate("llama-3.1-70b", "a100-80g", framework="vllm", **kw)
+    assert trt.memory.capacity_bytes == 80 * 2**30
+    assert 34 <= trt.memory.max_batch <= 40
+    assert 14 <= vllm.memory.max_batch <= 19
+    assert trt.framework == "tensorrt-llm" and vllm.framework == "vllm"
+
+
+def test_decode_step_grows_with_batch_by_the_per_sequence_host_time():
+    """Two decode steps of the same instance differ by the KV reads of the extra sequences plus
+    the engine's per-sequence host time (vllm: 20 us): at 8K context and 256 vs 16 sequences the
+    host part alone is 240 x 20 us = 4.8 ms."""
+    hw = hardware("h100-sxm")
+    kw = dict(tp=8, input_len=8192, output_len=2)
+    none = with_framework(hw, "vllm").model_copy(update={"efficiency": with_framework(hw, "vllm").efficiency.model_copy(
+        update={"sequence_overhead": with_framework(hw, "vllm").efficiency.sequence_overhead.model_copy(
+            update={"value": 0.0})}), "framework": "none"})
+    grow = [planner.estimate("llama-3.1-70b", h, batch=b, **kw).tpot_s for h in (with_framework(hw, "vllm"), none)
+            for b in (16, 256)]
+    assert (grow[1] - grow[0]) - (grow[3] - grow[2]) == pytest.approx(240 * 20e-6, rel=1e-6)
+
+
+def test_ep_not_dividing_the_experts_is_allowed_and_pays_for_the_fullest_rank():
+    """Qwen3-235B has 128 experts: EP 48 puts ceil(128/48) = 3 on some ranks (2.67 on average)."""
+    m = planner.model("qwen3-235b-a22b")
+    e48 = planner.estimate(m, "h200", tp=1, ep=48, batch=48 * 64, input_len=1024, output_len=2, weight_dtype="fp8")
+    assert e48.accelerators == 48
+    from planner.perf.ops import DTypes, Step, layer_ops
+    from planner.perf.parallel import Layout
+
+    ops = {o.name: o for o in layer_ops(m, Layout.of(1, 48, 1), Step.of(48 * 64, 1, 1024), DTypes())}
+    expert_params = 3 * m.hidden_size * m.moe.expert_intermediate_size
+    assert float(ops["experts"].params) == pytest.approx(3 * expert_params)
+
+
+def test_expert_load_factor_follows_the_binomial_maximum():
+    """T k assignments over ep ranks, mu = T k / ep each: the expected maximum is about
+    mu + sqrt(2 mu ln ep). DeepSeek-V3 (k = 8), EP 32, 16,384 tokens per rank in prefill:
+    mu = 131,072 -> 1.0073; 64 sequences per rank in decode: mu = 512 -> 1.1164."""
+    from planner.perf.ops import DTypes, Step, layer_ops
+    from planner.perf.parallel import Layout
+
+    m = planner.model("deepseek-v3")
+    for per_rank_tokens, expected in ((16384, 1.0073), (64, 1.1164)):
+        ops = {o.name: o for o in layer_ops(m, Layout.of(1, 32, 1), Step.of(32 * per_rank_tokens, 1, 0), DTypes())}
+        assert float(ops["experts"].imbalance) == pytest.approx(expected, abs=1e-4)
+
+
+def test_node_limited_routing_sends_fewer_copies_over_the_nic():
+    """DeepSeek-V3 routes a token to at most 4 of 8 expert groups. Over 4 nodes (EP32 on H800) a
+    token drawing 4 times reaches 4 (1 - (3/4)^4) = 2.73 nodes, 3/4 of them remote: 2.05 NIC copies
+    instead of 8 x 3/4 = 6 with unlimited k = 8 draws (4 (1 - (3/4)^8) x 3/4 = 2.70)."""
+    hw = hardware("h800")
+    token_bytes = 1e9
+    t4 = ep_all_to_all_time(hw, 8 * token_bytes, token_bytes, 4.0, 32)
+    nic = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
+    copies = 4 * (1 - 0.75**4) * 0.75
+    nvlink_fwd = 7 / 8 * 8 * token_bytes / (hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value)
+    assert float(t4) == pytest.approx(max(copies * token_bytes / nic + hw.scale_out.latency.value, nvlink_fwd))
+    t8 = ep_all_to_all_time(hw, 8 * token_bytes, token_bytes, 8.0, 32)
+    assert float(t8) >= float(t4)
+
+
+def test_overlap_hides_dispatch_in_prefill_but_not_below_the_compute_time():
+    """With two-micro-batch overlap the step is max(compute + s x a2a, a2a): never faster than
+    its compute alone, and faster than compute + a2a whenever a2a > 0."""
+    m = planner.model("deepseek-v3")
+    kw = dict(tp=1, ep=32, batch=128, input_len=4096, output_len=2, weight_dtype="fp8")
+    on = with_framework(hardware("h800"), "sglang")
+    off = on.model_copy(update={"efficiency": on.efficiency.model_copy(update={"overlap_moe_comm": False})})
+    t_on = planner.estimate(m, on, **kw).ttft_s
+    t_off = planner.estimate(m, off, **kw).ttft_s
+    assert t_on < t_off
+    from planner.perf.estimate import operator_breakdown
+    rows = operator_breakdown(planner.estimate(m, on, **kw))
+    compute = sum(r["time_s"] for r in rows if r["phase"] == "prefill" and r["kind"] not in ("all_to_all",))
+    assert t_on >= compute * 0.999
