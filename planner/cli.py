@@ -311,10 +311,18 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         from planner.plan_report import print_slo_search
 
         print_slo_search(result)
+    elif result.design == "distserve":
+        from planner.plan_report import print_distserve
+
+        print_distserve(result)
     elif result.design == "fleet":
         from planner.plan_report import print_fleet
 
         print_fleet(result)
+    elif result.design == "horizon":
+        from planner.horizon_report import print_horizon
+
+        print_horizon(result)
     else:
         from planner.plan_report import print_plan
 
@@ -341,15 +349,18 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
 @_guard
 def compare(a: str = typer.Argument(..., help="First scenario YAML."),
             b: str = typer.Argument(..., help="Second scenario YAML."),
+            more: list[str] = typer.Argument(None, help="More scenario YAMLs (e.g. colocated, Splitwise and "
+                                             "DistServe on one workload)."),
             json_out: bool = typer.Option(False, "--json", help="Print one JSON object.")) -> None:
-    """Run two scenarios and show their headline numbers side by side."""
+    """Run two or more scenarios and show their headline numbers side by side."""
     from planner.report import print_json
     from planner.run import headline, run_scenario
     from planner.scenario import load_scenario
 
-    heads = [headline(run_scenario(load_scenario(x))) for x in (a, b)]
+    paths = [a, b, *(more or [])]
+    heads = [headline(run_scenario(load_scenario(x))) for x in paths]
     if json_out:
-        print_json({"a": heads[0], "b": heads[1]})
+        print_json({chr(ord("a") + k): h for k, h in enumerate(heads)})
         return
     from rich.table import Table
 
@@ -357,11 +368,11 @@ def compare(a: str = typer.Argument(..., help="First scenario YAML."),
 
     t = Table(title="Scenarios side by side")
     t.add_column("")
-    t.add_column(a)
-    t.add_column(b)
-    for key in dict.fromkeys([*heads[0], *heads[1]]):
+    for x in paths:
+        t.add_column(x)
+    for key in dict.fromkeys(k for h in heads for k in h):
         fmt = (lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))  # noqa: E731
-        t.add_row(key, fmt(heads[0].get(key, "-")), fmt(heads[1].get(key, "-")))
+        t.add_row(key, *(fmt(h.get(key, "-")) for h in heads))
     out.print(t)
 
 

@@ -9,6 +9,9 @@ from pathlib import Path
 def rows_of(result) -> list[dict]:
     """The rows a user would chart: the Pareto front, the sweep or the comparison table."""
     d = result.design
+    if d == "horizon":
+        cols = result.periods
+        return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
     if d == "fleet":
         return [{"hardware": h, "instances": n, "layout": result.layouts[h],
                  **{f"bucket_{k + 1}_share": v for k, v in enumerate(result.routing[h])}}

@@ -90,16 +90,19 @@ def print_splitwise(r) -> None:
 
 
 def print_polca(r) -> None:
-    t = Table(title=f"{r.scenario}: {r.model} on {r.hardware}, row budget {si(r.budget_w, 'W')}; diurnal peak "
+    budgets = ", ".join(f"{k} {si(v, 'W')}" for k, v in r.budgets_w.items()) or f"row {si(r.budget_w, 'W')}"
+    t = Table(title=f"{r.scenario}: {r.model} on {r.hardware}, budgets {budgets}; load {r.load}, peak "
                     f"{r.peak_rate_per_server:.3g} req/s per server (capacity {r.server_capacity_rate:.3g})")
-    for col in ("extra", "servers", "uncapped peak", "capped peak", "brakes", "cap events", "capped time",
-                "mean cap", "HP P50 impact", "HP P99 impact", "LP thr. loss", "ok"):
+    for col in ("extra", "servers", "uncapped peak", "peak / budget", "brakes", "cap events /day", "capped time",
+                "mean cap", f"spike {r.spike_window_s:g}s", "HP P50 impact", "HP P99 impact", "LP thr. loss", "ok"):
         t.add_column(col)
     for lv in r.levels:
-        t.add_row(f"{lv.oversubscription:.0%}", str(lv.servers), f"{lv.peak_power_fraction:.1%}",
-                  f"{lv.capped_peak_fraction:.1%}", str(lv.brake_events), str(lv.capping_events),
-                  f"{lv.capped_time_fraction:.1%}", si(lv.mean_capping_s, "s"), f"{lv.hp_p50_impact:.2%}",
-                  f"{lv.hp_p99_impact:.2%}", f"{lv.lp_throughput_loss:.2%}", "yes" if lv.meets_criteria else "no")
+        util = " ".join(f"{k[:2]} {v:.0%}" for k, v in lv.peak_utilization.items())
+        brakes = " ".join(f"{k[:2]} {v}" for k, v in lv.brake_events_by_level.items() if v) or "0"
+        t.add_row(f"{lv.oversubscription:.0%}", str(lv.servers), f"{lv.peak_power_fraction:.1%}", util, brakes,
+                  f"{lv.capping_events_per_day:.0f}", f"{lv.capped_time_fraction:.1%}", si(lv.mean_capping_s, "s"),
+                  f"{lv.spike_fraction:.1%}", f"{lv.hp_p50_impact:.2%}", f"{lv.hp_p99_impact:.2%}",
+                  f"{lv.lp_throughput_loss:.2%}", "yes" if lv.meets_criteria else "no")
     out.print(t)
     out.print(f"[bold]{r.extra_servers} more servers ({r.extra_servers_fraction:.0%}) fit the row's power budget "
               "with no power-brake event and the performance limits met[/]")
@@ -182,6 +185,22 @@ def print_fleet(r) -> None:
     singles = ", ".join(f"{h} ${v:,.1f}/h" for h, v in sorted(r.best_single.items(), key=lambda x: x[1]))
     out.print(f"[bold]fleet ${r.usd_per_h:,.1f}/h; one hardware type alone: {singles or 'none within availability'}"
               + (f"; saving {r.saving_vs_best_single:.0%}" if r.best_single else "") + "[/]")
+    if r.sweep:
+        _print_fleet_sweep(r)
+
+
+def _print_fleet_sweep(r) -> None:
+    t = Table(title="rate sweep: the mix vs one hardware type alone")
+    for col in ("req/s", "fleet", "$/h", "best single", "$/h", "saving vs best", "saving vs worst"):
+        t.add_column(col)
+    for p in r.sweep:
+        t.add_row(f"{p.rate:g}", ", ".join(f"{n} x {h}" for h, n in p.instances.items()), f"{p.usd_per_h:,.2f}",
+                  p.best_single, f"{p.best_single_usd_per_h:,.2f}", f"{p.saving_vs_best_single:.0%}",
+                  f"{p.saving_vs_worst_single:.0%}")
+    out.print(t)
+    if r.saving_range:
+        out.print(f"[bold]saving over the sweep: {r.saving_range[0]:.0%}-{r.saving_range[1]:.0%} vs single types "
+                  f"(up to {r.max_saving:.0%} vs the best one)[/]")
 
 
 def print_certainty(result) -> None:
@@ -205,3 +224,20 @@ def print_certainty(result) -> None:
     if size(c["at_confidence"]):
         line += f"; P50: {size(c['at_p50'])}; at {c['confidence']:.0%}: {size(c['at_confidence'])}"
     out.print(line + f"; {c['summary']}")
+
+
+def print_distserve(r) -> None:
+    t = Table(title=f"{r.scenario}: {r.model} on {r.hardware}, goodput per GPU with {r.attainment:.0%} of requests "
+                    f"within TTFT {si(r.ttft_s, 's')} and TPOT {si(r.tpot_s, 's')}")
+    for col in ("placement", "layout", "GPUs", "req/s per GPU", "prefill req/s", "decode req/s", "KV handoff",
+                "binding"):
+        t.add_column(col)
+    for b in r.best:
+        def num(x):
+            return f"{x:.3g}" if x == x else "-"
+
+        t.add_row(b.placement, b.layout, str(b.gpus), num(b.goodput_per_gpu), num(b.prefill_goodput),
+                  num(b.decode_goodput), si(b.kv_transfer_s, "s") if b.kv_transfer_s == b.kv_transfer_s else "-",
+                  b.binding)
+    out.print(t)
+    out.print(f"[bold]{r.verdict}[/]")

@@ -19,7 +19,11 @@ def _pyplot():
 def plot_result(result, path: str) -> None:
     """Draw the figure that fits the result's design into ``path`` (PNG, PDF or SVG)."""
     plt = _pyplot()
-    if result.design == "polca":
+    if result.design == "horizon":
+        from planner.horizon_plot import plot_horizon
+
+        fig = plot_horizon(plt, result)
+    elif result.design == "polca":
         fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
         s = result.power_series
         a.plot(s["hour"], [p / 1e3 for p in s["row_power_w"]], label="row power (hourly max)")

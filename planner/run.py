@@ -36,8 +36,22 @@ def run_scenario(scn: Scenario):
     from planner.plan_prices import scenario_hardware, scenario_prices, with_prices
 
     rates = scn.cost.rates(scenario_hardware(scn))
-    result = sized_at(scn, lambda s: _run_design(s, rates), headline)
+    result = sized_at(scn, lambda s: _run_measured(s, rates), headline)
     return with_prices(result, scenario_prices(scn))
+
+
+def _run_measured(scn: Scenario, rates: dict[str, float]):
+    """The design with the scenario's measured step-time tables (``measured:``) in place of the
+    roofline where they cover a query; the result's notes say so."""
+    if not scn.measured:
+        return _run_design(scn, rates)
+    from planner.perf.measured import load_table, tables_in_use, usage_notes
+
+    with tables_in_use({hw: load_table(path) for hw, path in scn.measured.items()}) as use:
+        result = _run_design(scn, rates)
+    if hasattr(result, "notes"):
+        result = result.model_copy(update={"notes": [*result.notes, *usage_notes(use)]})
+    return result
 
 
 def _run_design(scn: Scenario, rates: dict[str, float]):
@@ -58,6 +72,10 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         from planner.designs.prfaas import plan_prfaas
 
         return plan_prfaas(m, scn.design, scn.workload, rates, scn.name)
+    if scn.design.type == "distserve":
+        from planner.designs.distserve import plan_distserve
+
+        return plan_distserve(m, scn.design, scn.workload, scn.slo, scn.engine, scn.name)
     if scn.design.type == "fleet":
         from planner.designs.fleet import plan_fleet
 
@@ -65,6 +83,10 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         assert s is not None
         return plan_fleet(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
                           s.weight_dtype, s.kv_dtype, scn.name)
+    if scn.design.type == "horizon":
+        from planner.designs.horizon import plan_horizon
+
+        return plan_horizon(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, scn.search, scn.name)
     if scn.design.type == "slo-search":
         from planner.designs.slo_search import plan_slo_search
 
@@ -127,7 +149,8 @@ def headline(result) -> dict:
                  "accelerators": b.accelerators,
                  "usd_per_h": b.usd_per_h, "usd_per_million_output_tokens": b.usd_per_million_output_tokens,
                  "ttft_p90_s": b.ttft_s["p90"], "tpot_p90_s": b.tpot_s["p90"], "avg_power_w": b.avg_power_w,
-                 "output_tokens_per_joule": b.output_tokens_per_joule, "binding": b.binding}
+                 "output_tokens_per_joule": b.output_tokens_per_joule, "binding": b.binding,
+                 "goodput_req_per_s_per_gpu": b.max_rate_per_instance * b.instances / b.accelerators}
     elif d == "slo-search":
         top = result.best[0]
         head |= {"best": f"{top.mode} {top.hardware} {top.layout} {top.weight_dtype}",
@@ -135,11 +158,20 @@ def headline(result) -> dict:
     elif d == "splitwise":
         top = max(result.rows, key=lambda r: r.max_rate)
         head |= {"best": top.name, "max_rate": top.max_rate, "usd_per_h": top.usd_per_h,
-                 "provisioned_power_w": top.provisioned_power_w}
+                 "provisioned_power_w": top.provisioned_power_w,
+                 "goodput_req_per_s_per_gpu": top.max_rate / top.accelerators}
+    elif d == "distserve":
+        top = result.best[0]
+        head |= {"best": f"{top.placement} {top.layout}", "goodput_req_per_s_per_gpu": top.goodput_per_gpu}
     elif d == "polca":
         head |= {"extra_servers_fraction": result.extra_servers_fraction, "extra_servers": result.extra_servers}
     elif d == "prfaas":
         head |= {k: float(v) for k, v in result.gains.items()}
+    elif d == "horizon":
+        head |= {"deployment": result.deployment,
+                 "reserved": ", ".join(f"{n} x {k}" for k, n in result.reserved.items()),
+                 "usd_total": result.totals["total"],
+                 "usd_static_peak_on_demand": result.comparisons["static_peak_on_demand"]}
     elif d == "fleet":
         head |= {"fleet": ", ".join(f"{n} x {h}" for h, n in result.instances.items()), "usd_per_h": result.usd_per_h,
                  "saving_vs_best_single": result.saving_vs_best_single}

@@ -14,7 +14,9 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 
 from planner.catalog.dtypes import DType
 from planner.designs.colocated import ColocatedSpec
+from planner.designs.distserve import DistServeSpec
 from planner.designs.fleet import FleetSpec
+from planner.designs.horizon_spec import HorizonSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
@@ -78,7 +80,8 @@ class SimulateSpec(Frozen):
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 
-Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec,
+Design = Annotated[ColocatedSpec | SplitwiseSpec | PolcaSpec | PrfaasSpec | SloSearchSpec | FleetSpec
+                   | DistServeSpec | HorizonSpec,
                    Field(discriminator="type")]
 
 
@@ -96,10 +99,27 @@ class Scenario(Frozen):
     confidence: float = Field(0.5, ge=0.05, le=0.95, description=(
         "size every design so it holds when the hardware performs at this quantile of the model's error "
         "bands (planner/catalog/bands.yaml); 0.5 = the median"))
+    measured: dict[str, str] = Field({}, description="hardware name -> CSV of measured prefill/decode step times "
+                                     "(phase,batch,tokens,context,seconds) used in place of the roofline where "
+                                     "they cover the query (planner.perf.measured)")
+
+    @field_validator("measured")
+    @classmethod
+    def _measured_paths(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        from planner.catalog.hardware import hardware
+
+        for name in v:
+            try:
+                hardware(name)
+            except PlannerError as e:
+                raise ValueError(str(e)) from None
+        return {hw: _resolve(path, info) for hw, path in v.items()}
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
-        if self.design.type in ("colocated", "slo-search", "fleet") and self.search is None:
+        own_pools = self.design.type == "horizon" and self.design.inner == "splitwise"   # pools in its section
+        needs = self.design.type in ("colocated", "slo-search", "fleet", "horizon") and not own_pools
+        if needs and self.search is None:
             raise ValueError(f"the {self.design.type} design needs a 'search' section (hardware and layouts to try)")
         return self
 
@@ -125,6 +145,8 @@ class Scenario(Frozen):
             for key in ("input", "output"):
                 if isinstance(v.get(key), dict) and isinstance(v[key].get("trace"), str):
                     v[key] = {**v[key], "trace": _resolve(v[key]["trace"], info)}
+            if isinstance(v.get("demand"), dict) and isinstance(v["demand"].get("csv"), str):
+                v["demand"] = {**v["demand"], "csv": _resolve(v["demand"]["csv"], info)}
         return v
 
     @field_validator("workload")

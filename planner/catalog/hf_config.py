@@ -1,7 +1,7 @@
 """Read a local HuggingFace ``config.json`` into a ModelSpec.
 
 Supported ``model_type`` families: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_next,
-deepseek_v2/v3, kimi_k2, kimi_linear, bloom, gpt_oss, gemma2, gemma3_text, llama4_text. Local
+deepseek_v2/v3, kimi_k2, kimi_linear, bloom, gpt_oss, gemma2, gemma3_text, llama4_text, opt. Local
 attention is read from ``layer_types`` (``sliding_attention`` / ``chunked_attention``), else from
 ``sliding_window`` (all layers, Mistral; Gemma's every-other / ``sliding_window_pattern``) or
 ``attention_chunk_size`` with ``no_rope_layers`` (Llama 4: chunked layers, global NoPE ones).
@@ -24,7 +24,7 @@ from planner.errors import InputError
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "llama4_text"}
 _DEEPSEEK_LIKE = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom",
-                                                   "gpt_oss"})
+                                                   "gpt_oss", "opt"})
 # Keys that mark a multimodal checkpoint: the catalog models the text decoder only.
 _ENCODERS = {"vision_config": "vision encoder", "audio_config": "audio encoder",
              "vision_tower": "vision encoder", "mm_projector_type": "multimodal projector"}
@@ -88,6 +88,9 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
                           experts_per_token=c.int("num_experts_per_tok", "experts_per_token"),
                           expert_intermediate_size=c.int("intermediate_size"))
     spec["window"] = _window(c, model_type, spec["num_layers"])
+    if model_type == "opt":     # MHA, ReLU MLP of ffn_dim with biases, tied embeddings (learned positions not counted)
+        spec.update(gated_ffn=False, biases=True, num_kv_heads=heads, intermediate_size=c.int("ffn_dim"),
+                    tie_word_embeddings=bool(c.get("tie_word_embeddings", True)))
     if model_type == "mixtral" or model_type == "qwen3_moe":
         every = c.int("decoder_sparse_step", default=1)
         only_dense = tuple(c.get("mlp_only_layers") or ())

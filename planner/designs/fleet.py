@@ -11,6 +11,14 @@ program (``scipy.optimize.milp``):
     subject to  sum_h  y_hb = 1                         (every bucket fully routed, y_hb in [0, 1])
                 sum_b  lambda_b y_hb / cap_hb <= x_h     (instances carry their share)
                 x_h <= available_h
+
+Melange's inputs (Griggs et al., "Melange: Cost Efficient LLM Serving by Exploiting GPU
+Heterogeneity", arXiv 2404.14527): the request-size distribution may be a blend of datasets
+(``mix``: share x independent input/output length distributions, e.g. 80% Arena + 20% PubMed) and
+is cut into a 2-D grid of input x output size buckets (``input_edges``/``output_edges``), as
+Melange's workload_distribution matrix; ``rate_sweep`` solves the MILP at several total rates
+(the per-instance capacities do not depend on the rate) and reports the saving of the mix over
+the cheapest single type at each, Melange's "cost reduction vs single GPU type" curves.
 """
 
 from __future__ import annotations
@@ -30,13 +38,38 @@ from planner.search import candidates
 from planner.serving.batching import Engine
 from planner.serving.queueing import serving_curve, slo_ok
 from planner.serving.slo import SLO
-from planner.serving.workload import LengthStats, Workload, length_stats_of
+from planner.serving.workload import Length, LengthStats, Workload, length_stats_of
+
+
+class MixPart(Frozen):
+    """One dataset of a blended request mix: its share of requests and its length distributions."""
+
+    share: float = Field(gt=0, description="fraction of requests (the parts' shares are normalised)")
+    input: Length
+    output: Length
 
 
 class FleetSpec(Frozen):
     type: Literal["fleet"] = "fleet"
     buckets: int = Field(4, ge=1, le=32, description="request-length buckets (quantiles of input length)")
     available: dict[str, int] = Field({}, description="most instances of each hardware (default: unlimited)")
+    mix: list[MixPart] = Field([], description="request sizes as a blend of datasets (replaces the workload's "
+                               "lengths; the workload still gives the rate)")
+    input_edges: list[float] = Field([], description="Melange-style size buckets: input-length edges (tokens)")
+    output_edges: list[float] = Field([], description="output-length edges; with input_edges, a 2-D grid")
+    rate_sweep: list[float] = Field([], description="total request rates (req/s) to re-solve at")
+
+
+class SweepPoint(BaseModel):
+    model_config = ConfigDict(frozen=True, defer_build=True)
+    rate: float
+    usd_per_h: float
+    instances: dict[str, int]
+    best_single: str
+    best_single_usd_per_h: float
+    saving_vs_best_single: float
+    saving_vs_worst_single: float        # against the dearest single type that can serve the mix
+    single_usd_per_h: dict[str, float] = {}
 
 
 class FleetResult(BaseModel):
@@ -54,21 +87,49 @@ class FleetResult(BaseModel):
     best_single: dict[str, float]        # $/h of serving everything on one hardware type (within availability)
     saving_vs_best_single: float
     certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
+    sweep: list[SweepPoint] = []         # the same at each rate of rate_sweep
+    max_saving: float | None = None      # largest saving over the best single type across the sweep
+    saving_range: list[float] = []       # [least saving vs the best single type, most vs the worst] over
+                                         # the sweep: the span Melange's "x-y% vs single-GPU strategies" quotes
 
 
-def _buckets(workload: Workload, k: int) -> list[tuple[LengthStats, float, dict]]:
-    """Split the request mix by input length into ``k`` equal-probability buckets."""
-    i, o, w = workload.joint_support()
+def _support(workload: Workload, spec: FleetSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input, output, probability) of the request mix: the blend of ``mix`` or the workload's."""
+    if not spec.mix:
+        return workload.joint_support()
+    total = sum(p.share for p in spec.mix)
+    parts = []
+    for p in spec.mix:
+        iv, ip = p.input.support()
+        ov, op = p.output.support()
+        parts.append((np.repeat(iv, len(ov)), np.tile(ov, len(iv)), np.outer(ip, op).ravel() * p.share / total))
+    return tuple(np.concatenate(c) for c in zip(*parts, strict=True))
+
+
+def _cells(i: np.ndarray, o: np.ndarray, w: np.ndarray, spec: FleetSpec) -> list[np.ndarray]:
+    """Index sets of the buckets: the 2-D size grid if edges are given, else input quantiles."""
+    if spec.input_edges or spec.output_edges:
+        ci = np.digitize(i, np.sort(spec.input_edges))
+        co = np.digitize(o, np.sort(spec.output_edges))
+        key = ci * (len(spec.output_edges) + 1) + co
+        return [np.flatnonzero(key == k) for k in np.unique(key)]
     order = np.argsort(i, kind="stable")
-    i, o, w = i[order], o[order], w[order] / w.sum()
-    edges = np.searchsorted(np.cumsum(w), np.linspace(0, 1, k + 1)[1:-1])
+    edges = np.searchsorted(np.cumsum(w[order]), np.linspace(0, 1, spec.buckets + 1)[1:-1])
+    return [order[part] for part in np.split(np.arange(len(i)), edges)]
+
+
+def _buckets(workload: Workload, spec: FleetSpec) -> list[tuple[LengthStats, float, dict]]:
+    """Split the request mix into buckets (equal-probability input quantiles, or the size grid)."""
+    i, o, w = _support(workload, spec)
+    w = w / w.sum()
     out = []
-    for part in np.split(np.arange(len(i)), edges):
-        if part.size == 0:
+    for part in _cells(i, o, w, spec):
+        if part.size == 0 or w[part].sum() <= 0:
             continue
         share = float(w[part].sum())
         out.append((length_stats_of(i[part], o[part], w[part], workload.prefix_hit), share,
                     {"input_min": float(i[part].min()), "input_max": float(i[part].max()),
+                     "output_min": float(o[part].min()), "output_max": float(o[part].max()),
                      "mean_input": float(w[part] @ i[part] / share), "mean_output": float(w[part] @ o[part] / share)}))
     return out
 
@@ -76,9 +137,7 @@ def _buckets(workload: Workload, k: int) -> list[tuple[LengthStats, float, dict]
 def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
                hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
                kv_dtype: DType | None, name: str) -> FleetResult:
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
-    buckets = _buckets(workload, spec.buckets)
+    buckets = _buckets(workload, spec)
     lam = workload.request_rate * np.array([s for _, s, _ in buckets])
     H, B = len(hardware), len(buckets)
     cap = np.zeros((H, B))           # best per-instance SLO rate, per (hardware, bucket)
@@ -106,8 +165,35 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     usable = np.isfinite(price) & (cap.max(axis=1) > 0)
     if not usable.any():
         raise InfeasibleError("no hardware type meets the SLOs for any request bucket")
-    # variables: x_h (H), y_hb (H*B)
-    nv = H + H * B
+    x, y = _solve(lam, cap, price, usable, hardware, spec.available)
+    single = _singles(lam, cap, price, usable, hardware, spec.available)
+    best_single = min(single.values()) if single else float("nan")
+    total = float(price[usable] @ x[usable])
+    sweep = [_sweep_point(r, lam / workload.request_rate, cap, price, usable, hardware, spec.available)
+             for r in spec.rate_sweep]
+    savings = [p.saving_vs_best_single for p in sweep if np.isfinite(p.saving_vs_best_single)]
+    worst = [p.saving_vs_worst_single for p in sweep if np.isfinite(p.saving_vs_worst_single)]
+    return FleetResult(
+        scenario=name, model=model.name,
+        buckets=[{**info, "rate": float(r)} for (_, _, info), r in zip(buckets, lam, strict=True)],
+        instances={hw: int(x[h]) for h, hw in enumerate(hardware) if x[h] > 0},
+        layouts={hw: chosen.get(get_hardware(hw).name, "-") for h, hw in enumerate(hardware) if x[h] > 0},
+        # the solver returns shares like -1e-12; clip, and + 0.0 turns -0.0 into 0.0
+        routing={hw: [round(max(float(v), 0.0), 4) + 0.0 for v in y[h]] for h, hw in enumerate(hardware) if x[h] > 0},
+        usd_per_h=total, best_single=single,
+        capacity={hw: cap[h].tolist() for h, hw in enumerate(hardware) if usable[h]},
+        instance_usd_per_h={hw: float(price[h]) for h, hw in enumerate(hardware) if usable[h]},
+        saving_vs_best_single=1 - total / best_single if single else float("nan"),
+        sweep=sweep, max_saving=max(savings) if savings else None,
+        saving_range=[min(savings), max(worst)] if savings else [])
+
+
+def _solve(lam, cap, price, usable, hardware, available) -> tuple[np.ndarray, np.ndarray]:
+    """The MILP: integer instances ``x`` (H,) and routing shares ``y`` (H, B) at least cost."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    H, B = cap.shape
+    nv = H + H * B                   # variables: x_h (H), y_hb (H*B)
     c_obj = np.concatenate([np.where(usable, price, 0.0), np.zeros(H * B)])
     A_route = np.zeros((B, nv))
     for b in range(B):
@@ -123,8 +209,8 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
         if not usable[h]:
             upper[h] = 0.0
             upper[H + h * B:H + (h + 1) * B] = 0.0
-        elif hw_name in spec.available:
-            upper[h] = spec.available[hw_name]
+        elif hw_name in available:
+            upper[h] = available[hw_name]
         for b in range(B):
             if cap[h, b] <= 0:
                 upper[H + h * B + b] = 0.0
@@ -134,24 +220,29 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     if not res.success:
         raise InfeasibleError(f"no fleet within the availability limits serves every bucket within the SLOs "
                               f"({res.message})")
-    x = np.round(res.x[:H]).astype(int)
-    y = res.x[H:].reshape(H, B)
-    single = {}   # every bucket on one hardware type, within its availability
+    return np.round(res.x[:H]).astype(int), res.x[H:].reshape(H, B)
+
+
+def _singles(lam, cap, price, usable, hardware, available) -> dict[str, float]:
+    """$/h of every bucket on one hardware type, within its availability."""
+    single = {}
     for h, hw_name in enumerate(hardware):
         if usable[h] and np.all(cap[h] > 0):
             need = np.ceil(np.sum(lam / cap[h]) - 1e-9)
-            if need <= spec.available.get(hw_name, np.inf):
+            if need <= available.get(hw_name, np.inf):
                 single[hw_name] = float(price[h] * need)
-    best_single = min(single.values()) if single else float("nan")
+    return single
+
+
+def _sweep_point(rate, shares, cap, price, usable, hardware, available) -> SweepPoint:
+    lam = rate * shares
+    x, _ = _solve(lam, cap, price, usable, hardware, available)
     total = float(price[usable] @ x[usable])
-    return FleetResult(
-        scenario=name, model=model.name,
-        buckets=[{**info, "rate": float(r)} for (_, _, info), r in zip(buckets, lam, strict=True)],
-        instances={hw: int(x[h]) for h, hw in enumerate(hardware) if x[h] > 0},
-        layouts={hw: chosen.get(get_hardware(hw).name, "-") for h, hw in enumerate(hardware) if x[h] > 0},
-        # the solver returns shares like -1e-12; clip, and + 0.0 turns -0.0 into 0.0
-        routing={hw: [round(max(float(v), 0.0), 4) + 0.0 for v in y[h]] for h, hw in enumerate(hardware) if x[h] > 0},
-        usd_per_h=total, best_single=single,
-        capacity={hw: cap[h].tolist() for h, hw in enumerate(hardware) if usable[h]},
-        instance_usd_per_h={hw: float(price[h]) for h, hw in enumerate(hardware) if usable[h]},
-        saving_vs_best_single=1 - total / best_single if single else float("nan"))
+    single = _singles(lam, cap, price, usable, hardware, available)
+    name = min(single, key=single.get) if single else "-"
+    best = single.get(name, float("nan"))
+    worst = max(single.values()) if single else float("nan")
+    return SweepPoint(rate=rate, usd_per_h=total, instances={hw: int(x[h]) for h, hw in enumerate(hardware) if x[h]},
+                      best_single=name, best_single_usd_per_h=best,
+                      saving_vs_best_single=1 - total / best if single else float("nan"),
+                      saving_vs_worst_single=1 - total / worst if single else float("nan"), single_usd_per_h=single)

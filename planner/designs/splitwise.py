@@ -20,23 +20,22 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
+from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
+from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
-from planner.perf.power import apply_power_cap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import at_rates, multi_server_wait, serving_curve
 from planner.serving.slo import PERCENTILES, SLO, Target
-from planner.serving.workload import LengthStats, Workload, length_stats, weighted_quantile
+from planner.serving.workload import LengthStats, Workload, length_stats
 
 
 class Pool(Frozen):
@@ -71,15 +70,37 @@ class SlowdownReference(Frozen):
     e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
 
 
+BudgetKind = Literal["cost", "power", "machines"]
+
+
 class SplitSearch(Frozen):
     """Find the best pool sizes for each (prompt, token) hardware pair under a budget: the cost or
     provisioned power of a named baseline, or a number of machines."""
 
     pairs: list[tuple[str, str]] = Field(min_length=1)
     token_power_caps: list[float] = [1.0]
-    budget: Literal["cost", "power", "machines"] = "cost"
-    of_baseline: str | None = Field(None, description="take the budget from this baseline")
-    limit: float | None = Field(None, gt=0, description="explicit budget: $/h, W or machines")
+    budget: BudgetKind | list[BudgetKind] = Field("cost", description="one budget, or several that must all hold "
+                                                  "(a joint budget: e.g. [cost, power, machines])")
+    of_baseline: str | None = Field(None, description="take the budget(s) from this baseline")
+    limit: float | dict[BudgetKind, float] | None = Field(
+        None, description="explicit budget: $/h, W or machines; with several budgets a mapping "
+        "{cost: ..., power: ..., machines: ...} (a kind left out is taken from of_baseline)")
+
+    @model_validator(mode="after")
+    def _positive(self) -> SplitSearch:
+        if isinstance(self.budget, list) and not self.budget:
+            raise ValueError("budget: give at least one of cost, power, machines")
+        limits = self.limit.values() if isinstance(self.limit, dict) else [self.limit]
+        if any(v is not None and v <= 0 for v in limits):
+            raise ValueError("limit: budgets must be > 0")
+        if isinstance(self.limit, dict) and set(self.limit) - set(self.budgets):
+            raise ValueError(f"limit names {sorted(set(self.limit) - set(self.budgets))}, not in budget {self.budgets}")
+        return self
+
+    @property
+    def budgets(self) -> list[str]:
+        """The budget kinds, the first one primary (the one min_budget minimises)."""
+        return [self.budget] if isinstance(self.budget, str) else list(dict.fromkeys(self.budget))
     objective: Literal["max_throughput", "min_budget"] = Field(
         "max_throughput", description="most requests/s within the budget, or the least budget (cost, power or "
         "machines) that serves target_rate")
@@ -93,8 +114,12 @@ class SplitwiseSpec(Frozen):
     weight_dtype: DType = DType.bf16
     kv_transfer: Literal["layerwise", "serialized"] = "layerwise"
     serialize_below_tokens: int = Field(512, ge=0, description="Splitwise serializes short prompts' KV")
-    transfer_overhead_s: float = Field(0.005, ge=0, description="exposed cost of layer-wise transfer "
-                                       "(Splitwise Sec. 6.1: ~5 ms on H100, ~8 ms on A100)")
+    transfer_overhead_s: float | None = Field(None, ge=0, description="exposed cost of layer-wise transfer; "
+                                              "default per hardware (Splitwise Sec. 6.1: ~5 ms on H100, ~8 ms "
+                                              "on A100; planner/designs/kv_link.py)")
+    mixed_pool: bool = Field(False, description="Splitwise's mixed pool: machines are borrowed across pools (a "
+                             "prompt machine decodes, a token machine prefills, or either runs both phases with "
+                             "prompts first) when the load calls for it; planner/designs/mixed_pool.py")
     link_gbps: float | None = Field(None, gt=0, description="KV-transfer bandwidth per instance (Gb/s); "
                                     "default: the instance's NICs (devices x NIC x scale-out efficiency)")
     slowdown_slo: SlowdownReference | None = None
@@ -122,14 +147,10 @@ class PoolMetrics(BaseModel):
     binding: str
 
 
-def _hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
-    return apply_power_cap(with_framework(get_hardware(name), fw), cap)
-
-
 def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
                  fw: str | None) -> SLO:
     """Absolute bounds from Splitwise's slowdown SLOs at the workload's P50/P90/P99 lengths."""
-    hw = _hw(ref.hardware, fw)
+    hw = machine_hw(ref.hardware, fw)
     lay = Layout.of(ref.tp, 1, 1)
     prompts = np.array(stats.prefill_quantiles)
     t_pre = iteration(model, hw, lay, dtypes, 0.0, 16.0, prompts, prompts).time_s
@@ -173,7 +194,7 @@ def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tu
 
 def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: SLO, engine: Engine,
                        dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float]) -> PoolMetrics:
-    hw = _hw(b.pool.hardware, fw, b.pool.power_cap)
+    hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
     lay = Layout.of(b.pool.tp, 1, b.pool.pp)
     check_layout(model, lay)
     stats = length_stats(workload)
@@ -221,7 +242,10 @@ def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProf
     nbytes = kv_cache_bytes_per_token(model, kv_dtype) * np.asarray(prompt_tokens, float)
     bw = _link_bytes_per_s(spec, prompt_hw, token_hw, d)
     full = nbytes / bw + prompt_hw.scale_out.latency.value
-    layered = np.maximum(full - prefill_s, 0) + nbytes / model.num_layers / bw + spec.transfer_overhead_s
+    exposed = spec.transfer_overhead_s
+    if exposed is None:
+        exposed = pair_overhead_s((d.prompt.hardware, prompt_hw), (d.token.hardware, token_hw))
+    layered = np.maximum(full - prefill_s, 0) + nbytes / model.num_layers / bw + exposed
     serial = (spec.kv_transfer == "serialized") | (np.asarray(prompt_tokens) < spec.serialize_below_tokens)
     return np.where(serial, full, layered), nbytes
 
@@ -229,26 +253,19 @@ def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProf
 def _link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) -> float:
     if spec.link_gbps is not None:
         return spec.link_gbps * 1e9 / 8
-    per = [hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * _devices(p)
-           for hw, p in ((prompt_hw, d.prompt), (token_hw, d.token))]
-    return min(per)
+    return link_bytes_per_s(prompt_hw, _devices(d.prompt), token_hw, _devices(d.token))
 
 
 def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
                        engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float]) -> PoolMetrics:
     stats = length_stats(workload)
-    php = _hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
-    thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
+    php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
+    thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
     play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
     check_layout(model, play)
     check_layout(model, tlay)
-    # prompt service times over the prompt-length distribution (quantile support)
+    support, s, pre_w = prompt_service(model, php, play, dtypes, workload)
     i, o, w = workload.joint_support()
-    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
-    q = (np.arange(48) + 0.5) / 48
-    support = weighted_quantile(pre_len, w, q)
-    pre_it = iteration(model, php, play, dtypes, 0.0, 16.0, support, support)
-    s, pre_w = pre_it.time_s, float(np.mean(pre_it.power_w))
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
     es, es2 = float(s.mean()), float((s**2).mean())
     cs2 = es2 / es**2 - 1
@@ -274,13 +291,9 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     kv_wait = np.where(np.isfinite(tpot["mean"]), kv_wait, np.inf)
     for p in PERCENTILES:                       # the wait stretches the gaps of the requests that waited
         tpot[p] = tpot[p] + kv_wait / max(stats.mean_output - 1, 1) * {"p50": 0.5, "p90": 1.5, "p99": 3.0}[p]
-    ttft = {"mean": wait + es}
+    ttft = prompt_ttft(wait, rho, s)
     e2e = {}
     for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            wq = np.where(rho > 1 - qv, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - qv)), 0)
-        sq = float(np.quantile(s, qv))
-        ttft[k] = wq + sq
         xq = float(np.quantile(xfer, qv))
         first = ttft[k] if k == "p50" else ttft["mean"]     # as in serving.queueing
         e2e[k] = first + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
@@ -304,7 +317,13 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
     power = _power(d.prompt, php) + _power(d.token, thw)
-    return _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
+    row = _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
+    if spec.mixed_pool:
+        from planner.designs.mixed_pool import evaluate_mixed
+
+        row = evaluate_mixed(model, d, spec.model_copy(update={"mixed_pool": False}), workload, slo, engine, dtypes,
+                             usd_per_h, row)[0]
+    return row
 
 
 class SplitwiseResult(BaseModel):
@@ -362,24 +381,50 @@ class SplitwiseSimCheck(BaseModel):
 
 def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
                     engine: Engine, rate: float, requests: int, seed: int) -> SplitwiseSimCheck:
-    """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s."""
-    from planner.serving.simulate import simulate_disaggregated
+    """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s: JSQ on pending
+    tokens over the prompt and the token machines; with ``spec.mixed_pool`` the machines take the
+    roles the analytic mixed pool settles on (planner.designs.mixed_pool)."""
+    from planner.serving.simulate_pools import Machine, simulate_pools
     from planner.serving.slo import judge
 
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
-    php = _hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
-    thw = _hw(d.token.hardware, spec.framework, d.token.power_cap)
-    play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
+    pools, prompt_n, token_n, mixed_n, share = _sim_roles(model, d, spec, workload, slo, engine, dtypes)
+    hws = [machine_hw(p.hardware, spec.framework, p.power_cap) for p in pools]
+    lays = [Layout.of(p.tp, 1, p.pp) for p in pools]
+
+    def machines(counts):
+        return [Machine(hws[k], lays[k], k) for k, c in enumerate(counts) for _ in range(c)]
+
+    def transfer(kp, kt, tokens, prefill_s):
+        pair = d.model_copy(update={"prompt": pools[kp], "token": pools[kt]})
+        return kv_transfer_s(model, spec, hws[kp], hws[kt], pair, tokens, prefill_s, kv)[0]
+
     a, i, o = workload.with_rate(rate).sample(requests, seed)
-
-    def transfer(tokens, prefill_s):
-        return kv_transfer_s(model, spec, php, thw, d, tokens, prefill_s, kv)[0]
-
-    r = simulate_disaggregated(model, (php, play, d.prompt.count), (thw, tlay, d.token.count), dtypes,
-                               engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
-                               prefix_hit=workload.prefix_hit, seed=seed)
+    r = simulate_pools(model, dtypes, engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
+                       machines(prompt_n), machines(token_n), machines(mixed_n), share, engine,
+                       prefix_hit=workload.prefix_hit, seed=seed)
     measured, _, bad = judge(slo, r.ttft_s, r.tpot_s, r.e2e_s, r.output_len)
     return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
                              tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,
                              meets_slo=not bad, violations=bad)
+
+
+def _sim_roles(model, d: Candidate, spec: SplitwiseSpec, workload, slo, engine, dtypes):
+    """(pool of each machine type, prompt / token / mixed machines per type, share of requests
+    served on mixed machines): the design's own pools, or the mixed pool's settled roles."""
+    if not spec.mixed_pool:
+        same = (d.prompt.hardware, d.prompt.tp, d.prompt.pp, d.prompt.power_cap) == \
+            (d.token.hardware, d.token.tp, d.token.pp, d.token.power_cap)
+        if same:
+            return [d.prompt], [d.prompt.count], [d.token.count], [0], 0.0
+        return [d.prompt, d.token], [d.prompt.count, 0], [0, d.token.count], [0, 0], 0.0
+    from planner.designs.mixed_pool import best_roles, machine_types
+
+    fixed = spec.model_copy(update={"mixed_pool": False})
+    types, _, _ = machine_types(model, d, fixed, workload, slo, engine, dtypes, {})
+    roles = best_roles(types)
+    pools = [d.prompt.model_copy(update={"hardware": t.hardware, "tp": t.tp, "pp": t.pp, "power_cap": t.power_cap,
+                                         "count": t.count}) for t in types]
+    mixed_rate = sum(t.mixed_rate * n for t, n in zip(types, roles.mixed, strict=True))
+    return pools, list(roles.prompt), list(roles.token), list(roles.mixed), mixed_rate / max(roles.rate, 1e-300)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.catalog.model import ModelSpec
-from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, _hw, evaluate_splitwise
+from planner.designs.pool_physics import machine_hw
+from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, evaluate_splitwise
 from planner.errors import InfeasibleError, InputError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
@@ -27,22 +28,14 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
     chosen split is then re-evaluated jointly, E2E included)."""
     sr = spec.search
     assert sr is not None
-    limit = sr.limit
-    if sr.of_baseline is not None:
-        base = next((b for b in baselines if b.name == sr.of_baseline), None)
-        if base is None:
-            raise InfeasibleError(f"search.of_baseline {sr.of_baseline!r} is not one of the baselines")
-        limit = {"cost": base.usd_per_h, "power": base.provisioned_power_w,
-                 "machines": base.accelerators / 8}[sr.budget]
-    if limit is None:
-        raise InfeasibleError("search needs a budget: give search.limit or search.of_baseline")
+    limits = _limits(sr, baselines)
     found, verdicts, points = [], [], []
     for prompt_hw, token_hw in sr.pairs:
         for cap in sr.token_power_caps:
             for tp_p in sr.tp:
                 for tp_t in sr.tp:
                     best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw,
-                                            token_hw, cap, sr, limit, tp_p, tp_t)
+                                            token_hw, cap, sr, limits, tp_p, tp_t)
                     points += pts
                     if best is not None:
                         found.append(best)
@@ -55,7 +48,7 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
         ratio = top.max_rate / best_base.max_rate if best_base.max_rate > 0 else float("inf")
         if ratio > 1.0:
             verdicts.append(f"disaggregation pays: {top.name} serves {ratio:.2f}x the rate of {best_base.name} "
-                            f"within the same {sr.budget} budget")
+                            f"within the same {' and '.join(sr.budgets)} budget")
         else:
             verdicts.append(f"disaggregation does not pay: the best split ({top.name}, {top.max_rate:.3g} req/s, "
                             f"limited by {top.binding}) serves {ratio:.2f}x {best_base.name} "
@@ -63,14 +56,43 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
     return found, verdicts, _pareto(points)
 
 
-def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limit,
-                tp_p, tp_t):
-    php, thw = _hw(prompt_hw, spec.framework), _hw(token_hw, spec.framework, cap)
-    unit = {"cost": lambda hw, name, tp: tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
+def _limits(sr, baselines: list[PoolMetrics]) -> dict[str, float]:
+    """{budget kind: limit}, from search.limit and/or the named baseline (8 accelerators a machine)."""
+    given = sr.limit if isinstance(sr.limit, dict) else ({sr.budgets[0]: sr.limit} if sr.limit is not None else {})
+    base = None
+    if sr.of_baseline is not None:
+        base = next((b for b in baselines if b.name == sr.of_baseline), None)
+        if base is None:
+            raise InfeasibleError(f"search.of_baseline {sr.of_baseline!r} is not one of the baselines")
+    limits = {}
+    for kind in sr.budgets:
+        if kind in given:
+            limits[kind] = float(given[kind])
+        elif base is not None:
+            limits[kind] = {"cost": base.usd_per_h, "power": base.provisioned_power_w,
+                            "machines": base.accelerators / 8}[kind]
+        else:
+            raise InfeasibleError(f"search needs a {kind} budget: give search.limit.{kind} or search.of_baseline")
+    return limits
+
+
+def _units(kind: str, usd_per_h: dict[str, float]):
+    """Budget used by one machine of ``tp`` accelerators, per kind ($/h, W of TDP, machines of 8)."""
+    return {"cost": lambda hw, name, tp: tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
             "power": lambda hw, name, tp: tp * hw.power.tdp.value,
-            "machines": lambda hw, name, tp: tp / 8}[sr.budget]     # machines of 8 accelerators
-    up, ut = unit(php, prompt_hw, tp_p), unit(thw, token_hw, tp_t)
-    max_p, max_t = int(limit // up), int(limit // ut)
+            "machines": lambda hw, name, tp: tp / 8}[kind]
+
+
+def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limits,
+                tp_p, tp_t):
+    """The best split of one (prompt, token) hardware pair and TP within every budget in ``limits``."""
+    php, thw = machine_hw(prompt_hw, spec.framework), machine_hw(token_hw, spec.framework, cap)
+    spec = spec.model_copy(update={"mixed_pool": False})     # pool capacities of fixed pools
+    kinds = list(limits)
+    up = np.array([_units(k, usd_per_h)(php, prompt_hw, tp_p) for k in kinds])
+    ut = np.array([_units(k, usd_per_h)(thw, token_hw, tp_t) for k in kinds])
+    lim = np.array([limits[k] for k in kinds])
+    max_p, max_t = int(np.min(lim // up)), int(np.min(lim // ut))
     if max_p < 1 or max_t < 1:
         return None, []
     probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=tp_p, count=1),
@@ -95,11 +117,11 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
             raise InputError("search.objective min_budget needs search.target_rate")
         enough = np.flatnonzero(prompt_rate >= sr.target_rate)
         n_t = int(np.ceil(sr.target_rate / token_one)) if token_one > 0 else 0
-        if enough.size and n_t >= 1 and (enough[0] + 1) * up + n_t * ut <= limit * (1 + 1e-9):
+        if enough.size and n_t >= 1 and np.all((enough[0] + 1) * up + n_t * ut <= lim * (1 + 1e-9)):
             best, best_rate = (int(enough[0]) + 1, n_t), sr.target_rate
     else:
         for n_p in range(1, max_p + 1):
-            n_t = int((limit - n_p * up) // ut)
+            n_t = int(np.min((lim - n_p * up) // ut))
             if n_t < 1:
                 break
             rate = min(prompt_rate[n_p - 1], token_one * n_t)
@@ -107,7 +129,7 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
                 best, best_rate = (n_p, n_t), rate
     # every split within the budget, for the throughput / cost / power Pareto front
     n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
-    within = n_p * up + n_t * ut <= limit * (1 + 1e-9)
+    within = np.all(n_p[..., None] * up + n_t[..., None] * ut <= lim * (1 + 1e-9), axis=-1)
     rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
     cost = tp_p * n_p * usd_per_h.get(prompt_hw, np.nan) + tp_t * n_t * usd_per_h.get(token_hw, np.nan)
     power = tp_p * n_p * php.power.tdp.value + tp_t * n_t * thw.power.tdp.value

@@ -32,6 +32,7 @@ from planner.catalog.model_catalog import model as get_model
 from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
+from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, check_layout, layout_problems
@@ -103,7 +104,26 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
     ops = layer_ops(model, lay, Step.of(batch, 1.0, input_len), dtypes)
     mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len)
+    if table_for(hw.name) is not None:
+        ttft, tpot = _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, tpot)
     return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
+
+
+def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, tpot):
+    """TTFT and TPOT from the measured step-time table in use for ``hw`` (``perf.measured``)."""
+    table, k = table_for(hw.name), spec.draft_tokens
+
+    def roof_pre(b, t):
+        return step_time(model, hw, lay, Step.of(b, t, 0.0), dtypes).total_s
+
+    def roof_dec(n, ctx):
+        ops = (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes)
+               + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k))
+        return build_step(hw, ops, dtypes, lay, n).total_s
+
+    match = (lay.pp == 1) & ((lay.tp == table.tp) if table.tp else True)
+    return batch_phase_times(table, match, batch, input_len, output_len, 1.0 + k, spec.tokens_per_step,
+                             roof_dec, roof_pre, ttft, tpot, _SIMPSON)
 
 
 class PhaseEstimate(Frozen):

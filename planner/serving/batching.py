@@ -19,6 +19,8 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
+from planner.perf.measured import step_time as measured_step_time
+from planner.perf.measured import table_for
 from planner.perf.ops import DTypes, Step, layer_ops, merge_ops, mtp_draft_ops
 from planner.perf.parallel import Layout
 from planner.perf.power import step_power_w
@@ -57,6 +59,27 @@ class Iteration:
 
 def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
               prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION) -> Iteration:
+    """One iteration's time and power: the roofline's, or a measured step-time table's where one is
+    in use for this hardware (``perf.measured``; power stays the roofline's)."""
+    it = _roofline_iteration(model, hw, lay, dtypes, n_decode, decode_ctx, prefill_tokens, prompt_len, spec)
+    table = table_for(hw.name)
+    if table is None:
+        return it
+
+    def roof_dec(n, ctx):
+        return _roofline_iteration(model, hw, lay, dtypes, n, ctx, 0.0, 1.0, spec).time_s
+
+    def roof_pre(batch, tokens):
+        return _roofline_iteration(model, hw, lay, dtypes, 0.0, 16.0, batch * tokens, tokens, spec).time_s
+
+    match = (lay.pp == 1) & ((lay.tp == table.tp) if table.tp else True)
+    t = measured_step_time(table, match, n_decode, decode_ctx, prefill_tokens, prompt_len, 1.0 + spec.draft_tokens,
+                           roof_dec, roof_pre, it.time_s)
+    return Iteration(t, it.power_w)
+
+
+def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
+                        prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION) -> Iteration:
     """One iteration of ``n_decode`` decoding sequences (mean context ``decode_ctx``) and
     ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
     parallelism the batch is split in ``pp`` micro-batches that each cross every stage. With

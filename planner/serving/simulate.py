@@ -365,13 +365,21 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
         energy += e * int(np.ravel(tlay.devices)[0])
         preempt += pr
         iters += it
+    return split_result(arrival_s, input_len, output_len, ttft, first_token, done, energy, preempt, iters, warmup_frac,
+                        thw.efficiency.request_overhead.value)
+
+
+def split_result(arrival_s, input_len, output_len, ttft, first_token, done, energy, preempt, iters,
+                 warmup_frac, host_s: float = 0.0) -> SimResult:
+    """SimResult of requests (arrival order) whose first token came at ``first_token`` (TPOT is
+    measured from it), the warm-up's arrivals left out; ``host_s`` = the engine's per-request host
+    time (tokenize, admit), added to TTFT and E2E."""
     keep = np.isfinite(done) & (arrival_s >= arrival_s[0] + warmup_frac * (arrival_s[-1] - arrival_s[0]))
     o = output_len[keep]
     tpot = np.where(o > 1, (done[keep] - first_token[keep]) / np.maximum(o - 1, 1), 0.0)
     span = float(np.nanmax(done[keep]) - arrival_s[keep].min()) if keep.any() else float("nan")
-    host = thw.efficiency.request_overhead.value       # per-request host time (tokenize, admit), in TTFT and E2E
-    return SimResult(ttft[keep] + host, tpot, done[keep] - arrival_s[keep] + host, input_len[keep], o, span, energy,
-                     preempt, iters, _steady_throughput(arrival_s, done, warmup_frac))
+    return SimResult(ttft[keep] + host_s, tpot, done[keep] - arrival_s[keep] + host_s, input_len[keep], o, span,
+                     energy, preempt, iters, _steady_throughput(arrival_s, done, warmup_frac))
 
 
 def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfile, Layout, int],

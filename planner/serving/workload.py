@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from planner.frozen import Frozen
+from planner.serving.demand import Demand
 from planner.serving.trace import Trace, load_trace
 
 _SUPPORT_POINTS = 512  # stratified quantiles representing a continuous distribution
@@ -123,6 +124,7 @@ class Workload(Frozen):
     input: Length | None = None
     output: Length | None = None
     prefix_hit: float = Field(0.0, ge=0, lt=1)
+    demand: Demand | None = Field(None, description="rate over time (horizon design): CSV or parametric")
 
     @model_validator(mode="after")
     def _check(self) -> Workload:

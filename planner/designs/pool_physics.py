@@ -1,0 +1,46 @@
+"""Physics shared by the disaggregated designs (Splitwise, its mixed pool, DistServe): a machine's
+profile under an engine entry and a power cap, the prefill service times of a workload's prompts,
+and the TTFT of a pool of prompt machines."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.catalog.frameworks import with_framework
+from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import hardware as get_hardware
+from planner.catalog.model import ModelSpec
+from planner.perf.ops import DTypes
+from planner.perf.parallel import Layout
+from planner.perf.power import apply_power_cap
+from planner.serving.batching import iteration
+from planner.serving.slo import PERCENTILES
+from planner.serving.workload import Workload, weighted_quantile
+
+
+def machine_hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
+    """Profile ``name`` with engine entry ``fw`` applied and its devices capped at ``cap`` of TDP."""
+    return apply_power_cap(with_framework(get_hardware(name), fw), cap)
+
+
+def prompt_service(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
+                   workload: Workload) -> tuple[np.ndarray, np.ndarray, float]:
+    """(prompt lengths at 48 quantiles, prefill seconds of each on one instance, mean device power
+    while prefilling) over the workload's prompt-length distribution (prefix hits skipped)."""
+    i, _, w = workload.joint_support()
+    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
+    support = weighted_quantile(pre_len, w, (np.arange(48) + 0.5) / 48)
+    it = iteration(model, hw, lay, dtypes, 0.0, 16.0, support, support)
+    return support, it.time_s, float(np.mean(it.power_w))
+
+
+def prompt_ttft(wait: np.ndarray, rho: np.ndarray, service_s: np.ndarray) -> dict[str, np.ndarray]:
+    """TTFT mean and percentiles of the prompt pool: the queue's mean ``wait`` at utilisation
+    ``rho`` (any shape) with an exponential tail beyond the probability ``rho`` of waiting, plus
+    the service quantile over the prompt-length support ``service_s``."""
+    ttft = {"mean": wait + float(service_s.mean())}
+    for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            wq = np.where(rho > 1 - qv, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - qv)), 0)
+        ttft[k] = wq + float(np.quantile(service_s, qv))
+    return ttft
