@@ -515,6 +515,33 @@ def validate(json_out: bool = typer.Option(False, "--json", help="Print {points,
 
 @app.command()
 @_guard
+def sweep(file: str = typer.Argument(..., help="Sweep YAML: a base scenario and a grid of overrides."),
+          out: str | None = typer.Option(None, "--out", help="Result file, .csv or .parquet (default: the "
+                                         "sweep's 'output', else SWEEP.csv beside it)."),
+          workers: int = typer.Option(1, "--workers", min=1, help="Local worker processes."),
+          scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address, e.g. "
+                                               "tcp://host:8786 (pip install \"planner[dask]\")."),
+          quiet: bool = typer.Option(False, "--quiet", help="No progress line on stderr."),
+          ) -> None:
+    """Run every variant of a sweep; rows stream into one file as they finish, a rerun skips done ids."""
+    from pathlib import Path
+
+    from planner.sweep.runner import run_sweep
+    from planner.sweep.spec import load_sweep
+
+    sw = load_sweep(file)
+    target = out or sw.output or str(Path(file).with_suffix(".csv"))
+    try:
+        s = run_sweep(sw, target, workers=workers, scheduler=scheduler, progress=not quiet)
+    except KeyboardInterrupt:
+        typer.echo(f"\ninterrupted: finished rows are in {target}; rerun the same command to resume", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(f"{target}: {s.ran} variants run ({s.failed} infeasible or failed), {s.skipped} already done, "
+               f"{s.total} in the sweep, {s.seconds:.1f} s", err=True)
+
+
+@app.command()
+@_guard
 def calibrate(
     results: list[str] = typer.Argument(..., help=(
         "Result files: vLLM benchmark_serving / vllm bench serve JSON, SGLang bench_serving JSONL, "

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.model_catalog import model as get_model
-from planner.designs.colocated import Deployment, SimCheck, plan_colocated, rescaled, verify_by_simulation
+from planner.designs.colocated import Deployment, SimCheck, rescaled, search_colocated, verify_by_simulation
 from planner.designs.kv_cache import CacheReport
 from planner.errors import InputError
 from planner.perf.cost import PriceQuote
@@ -127,8 +127,8 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
                     weight_dtypes=s.weight_dtype, kv_dtype=s.kv_dtype, max_instances=s.max_instances)
         deployments, workload, cache = plan_with_cache(m, workload, scn.kv_cache or KVCacheSpec(), args)
     else:
-        deployments = plan_colocated(m, workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
-                                     s.weight_dtype, s.kv_dtype, s.max_instances)
+        deployments = search_colocated(m, workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
+                                       s.weight_dtype, s.kv_dtype, s.max_instances, top=9).deployments
     best = deployments[0]
     seen, alternatives = set(), []
     for d in deployments[1:]:

@@ -7,7 +7,7 @@ and dtype; constraints are boolean masks; selection picks the best by an objecti
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -15,15 +15,19 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.parallel import Layout, layout_problems
 
+BLOCK = 512      # candidates a streaming search evaluates at once: ~100 MB peak for an MoE model
+
 
 def layouts(model: ModelSpec, hw: HardwareProfile, tp: list[int], ep: list[int], pp: list[int]) -> Layout:
     """Valid layouts from the given degrees: TP/EP groups stay inside the scale-up domain (their
     collectives run every layer); pipeline stages may span nodes. EP only for MoE models."""
     eps = ep if model.moe is not None else [1]
-    combos = np.array(list(itertools.product(tp, eps, pp)), dtype=np.int64).reshape(-1, 3)
-    lay = Layout.of(combos[:, 0], combos[:, 1], combos[:, 2])
+    # every (tp, ep, pp), tp slowest (itertools.product order), as arrays: no per-combination tuples
+    t, e, p = (g.ravel() for g in np.meshgrid(np.asarray(tp, np.int64), np.asarray(eps, np.int64),
+                                                np.asarray(pp, np.int64), indexing="ij"))
+    lay = Layout.of(t, e, p)
     ok = (layout_problems(model, lay) == "") & (lay.stage_devices <= hw.domain_size)
-    return Layout.of(combos[ok, 0], combos[ok, 1], combos[ok, 2])
+    return Layout.of(t[ok], e[ok], p[ok])
 
 
 def pareto_front(*objectives: np.ndarray) -> np.ndarray:
@@ -68,3 +72,53 @@ def candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[in
             continue
         for w in weight_dtypes:
             yield hw, lay, DTypes(weight=DType(w), kv=DType(kv_dtype) if kv_dtype else DType.bf16)
+
+
+def blocks(lay: Layout, size: int) -> Iterator[tuple[np.ndarray, Layout]]:
+    """``(candidate indices, sub-layout)`` of at most ``size`` candidates: the unit a streaming
+    search evaluates at once, so its memory is O(size), not O(candidates).
+
+    Layouts with expert all-to-all (``attention_dp > 1``) and without never share a block: the
+    roofline adds an all-to-all operator to a whole array as soon as one row needs it, and its
+    latency then lands on every row (a zero-byte collective still pays its hop latency), so a
+    block that mixed the two would charge it to layouts that have none and make the answer depend
+    on the block size."""
+    a2a = np.asarray(lay.attention_dp > 1)
+    for cls in (False, True):
+        idx = np.flatnonzero(a2a == cls)
+        for start in range(0, idx.size, max(int(size), 1)):
+            sel = idx[start:start + size]
+            yield sel, Layout(lay.tp[sel], lay.ep[sel], lay.pp[sel])
+
+
+class RunningFront:
+    """Two-objective Pareto front (both minimized) of a stream of point blocks, with payload rows.
+
+    ``front(A + B) = front(front(A) + B)`` since dominance is transitive. Points are kept in the
+    order of their ``seq`` payload column (else in arrival order) and ``pareto_front`` keeps the
+    earliest of equal points, so the result is exactly the front of all points at once, whatever
+    order the blocks arrive in. Memory: O(front + block)."""
+
+    def __init__(self) -> None:
+        self.a = np.empty(0)
+        self.b = np.empty(0)
+        self.rows: dict[str, np.ndarray] = {}
+
+    def add(self, a: np.ndarray, b: np.ndarray, **rows: np.ndarray) -> None:
+        """Offer points ``(a[k], b[k])`` with payload columns ``rows[name][k]``."""
+        if np.size(a) == 0:
+            return
+        keep = pareto_front(a, b)                  # the block's own front first: cheap to merge
+        a, b = np.asarray(a, float)[keep], np.asarray(b, float)[keep]
+        rows = {k: np.asarray(v)[keep] for k, v in rows.items()}
+        if self.a.size:
+            a, b = np.concatenate([self.a, a]), np.concatenate([self.b, b])
+            rows = {k: np.concatenate([self.rows[k], v]) for k, v in rows.items()}
+            order = np.argsort(rows["seq"], kind="stable") if "seq" in rows else np.arange(a.size)
+            a, b, rows = a[order], b[order], {k: v[order] for k, v in rows.items()}
+            keep = pareto_front(a, b)
+            a, b, rows = a[keep], b[keep], {k: v[keep] for k, v in rows.items()}
+        self.a, self.b, self.rows = a, b, rows
+
+    def __len__(self) -> int:
+        return self.a.size

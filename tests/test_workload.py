@@ -75,3 +75,19 @@ def test_workload_validation():
         Workload(input=Fixed(value=1), output=Fixed(value=1))
     with pytest.raises(ValidationError, match="p90"):
         LogNormal(median=100, p90=50)
+
+
+def test_vectorized_trace_parse_equals_the_row_parser(tmp_path):
+    from planner.serving.trace import TRACES_DIR, _parse_columns, _parse_rows
+
+    for name in ("azure-conv-2023", "azure-code-2023"):
+        path = TRACES_DIR / f"{name}.csv"
+        fast, slow = _parse_columns(path, [0, 1, 2]), _parse_rows(path, [0, 1, 2])
+        # the row parser adds a fraction to a 1.7e9 s epoch stamp in float64 (~2e-7 s of rounding)
+        assert np.allclose(fast[0] - fast[0][0], slow[0] - slow[0][0], rtol=0, atol=1e-6)
+        assert (fast[1] == slow[1]).all() and (fast[2] == slow[2]).all()
+    p = tmp_path / "t.csv"
+    p.write_text("time,input_tokens,output_tokens\n2.5,10,3\n0.5,\"20\",4\n1.0,30.0,5\n")
+    tr = load_trace(str(p))
+    assert tr.arrival_s.tolist() == [0.0, 0.5, 2.0]
+    assert tr.input_len.tolist() == [20, 30, 10] and tr.output_len.tolist() == [4, 5, 3]

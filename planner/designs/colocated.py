@@ -6,6 +6,7 @@ rate, and says which constraint binds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +23,7 @@ from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
-from planner.search import candidates
+from planner.search import BLOCK, blocks, candidates
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
 from planner.serving.slo import PERCENTILES, SLO
@@ -96,34 +97,136 @@ def _binding(curve: Curve, ok: np.ndarray, slo: SLO, row: int) -> str:
 
 def evaluate_candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[int], pp: list[int],
                         weight_dtypes: list[DType], kv_dtype: DType | None, engine: Engine, stats: LengthStats,
-                        arrival_scv: float, slo: SLO) -> list[_Evaluated]:
-    out = []
-    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
-        curve = serving_curve(model, hw, lay, dtypes, engine, stats, arrival_scv)
-        out.append(_Evaluated(hw, dtypes, lay, curve, slo_ok(curve, slo)))
-    return out
+                        arrival_scv: float, slo: SLO,
+                        block: int = BLOCK) -> Iterator[tuple[int, np.ndarray, _Evaluated]]:
+    """``(group, candidate indices, evaluated block)`` over every candidate, ``block`` at a time
+    (group: the rank of the hardware and dtype in the search)."""
+    for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
+                                                           engine.framework)):
+        for index, sub in blocks(lay, block):
+            curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv)
+            yield group, index, _Evaluated(hw, dtypes, sub, curve, slo_ok(curve, slo))
+
+
+@dataclass(frozen=True)
+class ColocatedSearch:
+    deployments: list[Deployment]     # cheapest first
+    candidates: int                   # candidates evaluated (hardware x layout x dtype)
 
 
 def plan_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
                    hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
                    kv_dtype: DType | None = None, max_instances: int = 100_000) -> list[Deployment]:
     """Every candidate that meets the SLOs at the workload's rate, cheapest first."""
+    return search_colocated(model, workload, slo, engine, cost, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
+                            max_instances).deployments
+
+
+def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
+                     hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
+                     kv_dtype: DType | None = None, max_instances: int = 100_000, top: int | None = None,
+                     block: int = BLOCK) -> ColocatedSearch:
+    """The ``top`` cheapest deployments of distinct (hardware, layout, dtype) (all if None) that
+    meet the SLOs at the workload's rate, streaming: each block of candidates is ranked by cost
+    as arrays and only the survivors become ``Deployment`` objects, so with ``top`` memory is
+    O(block + top). Ties (equal $/h and accelerators) keep the search order."""
     stats = length_stats(workload)
     rate = workload.request_rate
-    evaluated = evaluate_candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine, stats,
-                                    workload.arrival.scv, slo)
-    deployments = []
-    for ev in evaluated:
+    keep = _Cheapest(top)
+    light = _LightLoad()
+    count = 0
+    for group, index, ev in evaluate_candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine, stats,
+                                                workload.arrival.scv, slo, block):
+        count += index.size
+        light.add(ev.curve)
         c = ev.curve
         max_ok = np.where(ev.ok, c.rate, -np.inf).max(axis=1)
-        for i in np.flatnonzero(max_ok > 0):
-            k = int(np.ceil(rate / max_ok[i] * (1 - 1e-9)))
-            if k > max_instances:
-                continue
-            deployments.append(_deployment(ev, i, k, rate, slo, cost, stats, model))
-    if not deployments:
-        raise InfeasibleError(_why_infeasible(model, evaluated, slo, rate, max_instances))
-    return sorted(deployments, key=lambda d: (d.usd_per_h, d.accelerators))
+        i = np.flatnonzero(max_ok > 0)
+        k = np.ceil(rate / max_ok[i] * (1 - 1e-9)).astype(np.int64)
+        i, k = i[k <= max_instances], k[k <= max_instances]
+        if i.size:
+            acc = k * c.devices[i]
+            dev_power = interpolate(c.rows(i), c.power_w[i], rate / k)
+            usd = acc * _usd_per_device_hour(cost, ev.hw, dev_power)
+            keep.add(ev, i, k, usd, acc, (np.int64(group) << 40) + index[i])
+    if not keep.rows:
+        raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count))
+    deployments = [_deployment(ev, 0, k, rate, slo, cost, stats, model) for *_, ev, k in keep.result()]
+    return ColocatedSearch(deployments, count)
+
+
+def _usd_per_device_hour(cost: CostModel, hw: HardwareProfile, dev_power_w: np.ndarray) -> np.ndarray:
+    """``cost.usd_per_device_hour`` at each average device power (a rental price is one number;
+    ownership adds the energy bill, priced one quote at a time)."""
+    if not cost.owned:
+        return np.full(np.shape(dev_power_w), cost.usd_per_device_hour(hw))
+    return np.array([cost.usd_per_device_hour(hw, float(w)) for w in dev_power_w])
+
+
+class _Cheapest:
+    """The ``top`` cheapest candidates (by $/h, then accelerators, then search order) of distinct
+    (hardware, layout, dtype), or all of them if ``top`` is None, each kept as a one-row curve."""
+
+    def __init__(self, top: int | None) -> None:
+        self.top = top
+        self.rows: list[tuple] = []     # (usd, accelerators, seq, key, one-row _Evaluated, instances)
+
+    def add(self, ev: _Evaluated, i, k, usd, acc, seq) -> None:
+        # cheapest first; after top + len(rows) distinct keys of this block, no later row can be
+        # among the top (at most len(rows) of those keys are already held)
+        new, keys = [], set()
+        for o in np.lexsort((seq, acc, usd)):
+            key = self._key(ev, int(i[o]))
+            if self.top is not None:
+                if len(new) >= self.top + len(self.rows):
+                    break
+                if key in keys:          # a repeated candidate (lists with duplicates): the cheaper stays
+                    continue
+                keys.add(key)
+            new.append((float(usd[o]), int(acc[o]), int(seq[o]), key, self._one(ev, int(i[o])), int(k[o])))
+        self.rows += new
+        if self.top is not None:
+            self.rows = self._distinct(sorted(self.rows, key=lambda r: r[:3]))[:self.top]
+
+    @staticmethod
+    def _distinct(rows: list[tuple]) -> list[tuple]:
+        seen, out = set(), []
+        for r in rows:
+            if r[3] not in seen:
+                seen.add(r[3])
+                out.append(r)
+        return out
+
+    def result(self) -> list[tuple]:
+        return sorted(self.rows, key=lambda r: r[:3])
+
+    @staticmethod
+    def _key(ev: _Evaluated, i: int) -> tuple:
+        return ev.hw.name, int(ev.lay.tp[i]), int(ev.lay.ep[i]), int(ev.lay.pp[i]), ev.dtypes.weight.value
+
+    @staticmethod
+    def _one(ev: _Evaluated, i: int) -> _Evaluated:
+        lay = Layout.of(ev.lay.tp[i:i + 1], ev.lay.ep[i:i + 1], ev.lay.pp[i:i + 1])
+        return _Evaluated(ev.hw, ev.dtypes, lay, ev.curve.row(i), ev.ok[i:i + 1])
+
+
+class _LightLoad:
+    """What the infeasibility message needs from every block: whether any layout was valid or
+    fits, and the best each latency metric achieves at the lightest load."""
+
+    def __init__(self) -> None:
+        self.fits = False
+        self.best: dict[str, float] = {}
+
+    def add(self, curve: Curve) -> None:
+        if not np.isfinite(curve.n[:, 0]).any():
+            return
+        self.fits = True
+        for metric in ("ttft", "tpot", "e2e"):
+            for p in PERCENTILES:
+                v = np.nanmin(getattr(curve, metric)[p][:, 0])
+                key = f"{metric}_s.{p}"
+                self.best[key] = min(self.best.get(key, v), v)
 
 
 def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: CostModel, stats: LengthStats,
@@ -160,19 +263,14 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
     )
 
 
-def _why_infeasible(model: ModelSpec, evaluated: list[_Evaluated], slo: SLO, rate: float, max_instances: int) -> str:
-    if not evaluated:
+def _why_infeasible(model: ModelSpec, light: _LightLoad, slo: SLO, rate: float, max_instances: int,
+                    count: int) -> str:
+    if count == 0:
         return f"no valid layout of {model.name} on the candidate hardware (check tp/ep/pp lists and domain sizes)"
-    fits = [ev for ev in evaluated if np.isfinite(ev.curve.n[:, 0]).any()]
-    if not fits:
+    if not light.fits:
         return (f"{model.name} does not fit on any candidate (weights + KV of one sequence exceed device memory); "
                 "add larger tp/pp degrees or fp8 weights")
-    # the best each metric can do at the lightest load, over all candidates
-    best = {}
-    for metric in ("ttft", "tpot", "e2e"):
-        for p in PERCENTILES:
-            vals = [np.nanmin(getattr(ev.curve, metric)[p][:, 0]) for ev in fits]
-            best[f"{metric}_s.{p}"] = min(vals)
+    best = light.best       # the best each metric can do at the lightest load, over all candidates
     unmet = [f"{k} <= {bound:g} (best achievable {best[k]:.4g} s at light load)"
              for metric in ("ttft_s", "tpot_s", "e2e_s") for p, bound in getattr(slo, metric).items()
              for k in [f"{metric}.{p}"] if best[k] > bound]

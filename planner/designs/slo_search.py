@@ -11,6 +11,7 @@ add), and the two pools are chosen independently since each bound binds one pool
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import numpy as np
@@ -20,9 +21,10 @@ from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
-from planner.search import candidates, pareto_front
+from planner.perf.parallel import Layout
+from planner.search import BLOCK, RunningFront, blocks, candidates
 from planner.serving.batching import Engine, iteration
-from planner.serving.queueing import serving_curve, slo_ok
+from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload, length_stats
 
@@ -60,39 +62,48 @@ class SloSearchResult(BaseModel):
 
 def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, slo: SLO, engine: Engine,
                     hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
-                    kv_dtype: DType | None, name: str) -> SloSearchResult:
+                    kv_dtype: DType | None, name: str, block: int = BLOCK, workers: int = 1) -> SloSearchResult:
+    """Streaming search: candidates are evaluated ``block`` at a time and each block is reduced at
+    once to the best point per (hardware, mode) and the running Pareto front, so memory is
+    O(block + front) whatever the number of candidates; labels are formatted for survivors only.
+    ``workers`` > 1 evaluates blocks on that many local processes."""
+    assert GRID <= _MAX_GRID
     stats = length_stats(workload)
     ttft_max = min(v for _, v in slo.ttft_s.items()) if slo.ttft_s.items() else np.inf
     tpot_max = min(v for _, v in slo.tpot_s.items()) if slo.tpot_s.items() else np.inf
-    table = _Table()          # every SLO-meeting operating point, as columns (no per-point objects)
+    acc = _Reducer()
     count = 0
-    for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
-        count += lay.tp.size
-        names = np.array([f"tp{t}" + (f" ep{e}" if e > 1 else "") + (f" pp{p}" if p > 1 else "")
-                          for t, e, p in zip(lay.tp, lay.ep, lay.pp, strict=True)], dtype=object)
-        devices = lay.devices.astype(float)
-        if "aggregated" in spec.modes:
-            c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
-            i, j = np.nonzero(slo_ok(c, slo))
-            table.add("aggregated", hw.name, dtypes.weight.value, names[i],
-                      c.rate[i, j] * stats.mean_output / devices[i], 1 / c.tpot["mean"][i, j],
-                      c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
-        if "disaggregated" in spec.modes:
-            _disaggregated(table, model, hw, lay, names, devices, dtypes, engine, stats, workload, spec,
-                           ttft_max, tpot_max)
-    if table.empty:
+    share = engine.chunked_prefill and set(spec.modes) == {"aggregated", "disaggregated"}
+
+    def jobs():
+        nonlocal count
+        for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework):
+            count += lay.tp.size
+            groups = {g: acc.groups[g] for g in (acc.group("aggregated", hw.name, dtypes.weight.value),
+                                                 acc.group("disaggregated", hw.name, dtypes.weight.value))}
+            pre = _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max, block) \
+                if "disaggregated" in spec.modes else None
+            for index, sub in blocks(lay, block):
+                yield groups, index, hw, sub, dtypes, pre
+
+    task = functools.partial(_evaluate_block, model=model, engine=engine, stats=stats, workload=workload, slo=slo,
+                             spec=spec, tpot_max=tpot_max, share=share)
+    if workers > 1:                  # blocks in parallel; merged in order, so the answer is the same
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            for part in pool.map(task, jobs()):
+                acc.merge(part)
+    else:
+        for part in map(task, jobs()):
+            acc.merge(part)
+    if not acc.best:
         from planner.errors import InfeasibleError
 
         raise InfeasibleError(f"no configuration of {model.name} on {', '.join(hardware)} meets TTFT <= {ttft_max:g} s "
                               f"and TPOT <= {tpot_max:g} s")
-    cols = table.columns()
-    best_rows = []
-    for key in dict.fromkeys(zip(cols["hardware"], cols["mode"], strict=True)):
-        sel = np.flatnonzero((cols["hardware"] == key[0]) & (cols["mode"] == key[1]))
-        best_rows.append(int(sel[np.argmax(cols["tokens_per_s_per_gpu"][sel])]))
-    front = pareto_front(-cols["tokens_per_s_per_gpu"], -cols["tokens_per_s_per_user"])
-    best = sorted((table.config(r) for r in best_rows), key=lambda c: -c.tokens_per_s_per_gpu)
-    pareto = sorted((table.config(int(r)) for r in front), key=lambda c: -c.tokens_per_s_per_gpu)
+    best = sorted((acc.config(r) for r in acc.best_rows()), key=lambda c: -c.tokens_per_s_per_gpu)
+    pareto = sorted((acc.config(r) for r in acc.front_rows()), key=lambda c: -c.tokens_per_s_per_gpu)
     top = best[0]
     verdict = f"best: {top.mode} {top.hardware} {top.layout} {top.weight_dtype}, {top.tokens_per_s_per_gpu:,.0f} " \
               f"output tokens/s per GPU at {top.tokens_per_s_per_user:.0f} tokens/s per user"
@@ -100,41 +111,115 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
                            verdict=verdict)
 
 
-class _Table:
-    """Columns of operating points, appended in blocks of numpy arrays."""
-
-    FIELDS = ("mode", "hardware", "weight_dtype", "layout", "tokens_per_s_per_gpu", "tokens_per_s_per_user",
-              "ttft_s", "tpot_s", "requests_per_s_per_gpu")
-
-    def __init__(self) -> None:
-        self.blocks: list[list[np.ndarray]] = []
-
-    def add(self, mode, hw, dtype, layout, *values) -> None:
-        n = np.size(values[0])
-        if n:
-            self.blocks.append([np.full(n, mode, dtype=object), np.full(n, hw, dtype=object),
-                                np.full(n, dtype, dtype=object), np.broadcast_to(np.asarray(layout, dtype=object), n),
-                                *(np.broadcast_to(np.asarray(v, dtype=float), n) for v in values)])
-
-    @property
-    def empty(self) -> bool:
-        return not self.blocks
-
-    def columns(self) -> dict[str, np.ndarray]:
-        if not hasattr(self, "_cols"):
-            self._cols = {f: np.concatenate([b[k] for b in self.blocks]) for k, f in enumerate(self.FIELDS)}
-        return self._cols
-
-    def config(self, row: int) -> Config:
-        c = self.columns()
-        return Config(**{f: (c[f][row] if c[f].dtype == object else float(c[f][row])) for f in self.FIELDS})
+def _evaluate_block(job, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
+    """The points of one block of candidates, reduced (one task: picklable for a process pool)."""
+    groups, index, hw, sub, dtypes, pre = job
+    part = _Reducer(groups)
+    agg, dis = groups
+    # with chunked prefill both modes' curves run on the same iteration grid: compute it once
+    load = load_grid(model, hw, sub, dtypes, engine, stats) if share else None
+    if "aggregated" in spec.modes:
+        _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
+    if pre is not None:
+        _disaggregated(part, dis, index, model, hw, sub, dtypes, engine, stats, pre, tpot_max, load)
+    return part
 
 
-def _disaggregated(table: _Table, model, hw, lay, names, devices, dtypes, engine, stats, workload, spec, ttft_max,
-                   tpot_max) -> None:
-    """Best prefill layout for the TTFT bound, paired with every decode operating point within the
-    TPOT bound."""
-    I, O = stats.mean_prefill, stats.mean_output  # noqa: E741
+def _aggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dtypes, engine, stats, workload, slo,
+                load) -> None:
+    """Every SLO-meeting load point of the colocated steady state of each layout in the block."""
+    devices = lay.devices.astype(float)
+    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load)
+    i, j = np.nonzero(slo_ok(c, slo))
+    acc.add(group, lay, index, i, j, None, np.nan, c.rate[i, j] * stats.mean_output / devices[i],
+            1 / c.tpot["mean"][i, j], c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
+
+
+_MAX_GRID = 64     # load points per candidate the point ranks leave room for
+_FLOATS = ("tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_s", "tpot_s", "requests_per_s_per_gpu")
+
+
+class _Reducer:
+    """Best point per (hardware, mode) and the running Pareto front (tokens/s/GPU vs tokens/s/user,
+    both maximized) of a stream of operating-point blocks. A point is numbers only - its group
+    (mode, hardware, dtype), its layout degrees, and for disaggregated pairs the prefill layout and
+    pool ratio - and becomes a ``Config`` (with its label) only if it survives. Each point carries
+    ``seq``, its rank in a single pass over all points (per hardware and dtype: every aggregated
+    point, then every disaggregated one; candidates in order; load points in order), and ties go
+    to the lower rank, so the answer is the one-pass answer whatever the block order."""
+
+    def __init__(self, groups: dict[int, tuple[str, str, str]] | None = None) -> None:
+        self.groups: dict[int, tuple[str, str, str]] = dict(groups or {})    # id -> (mode, hardware, dtype)
+        self.best: dict[tuple[str, str], dict] = {}     # (hardware, mode) -> row
+        self.first: dict[tuple[str, str], int] = {}     # (hardware, mode) -> rank of its first point
+        self.front = RunningFront()
+
+    def group(self, mode: str, hw: str, dtype: str) -> int:
+        g = len(self.groups)
+        self.groups[g] = (mode, hw, dtype)
+        return g
+
+    def add(self, group: int, lay: Layout, index: np.ndarray, i: np.ndarray, j: np.ndarray,
+            prefill: tuple[int, int, int] | None, ratio, *values) -> None:
+        """Points (candidate ``i`` of the block whose candidates are ``index`` in the group, load
+        point ``j``); ``values`` in the order of ``_FLOATS``."""
+        n = np.size(i)
+        if n == 0:
+            return
+        cols = {f: np.broadcast_to(np.asarray(v, dtype=float), n) for f, v in zip(_FLOATS, values, strict=True)}
+        seq = (np.int64(group) << 40) + index[i].astype(np.int64) * _MAX_GRID + j
+        rows = {"seq": seq, "group": np.full(n, group), "tp": lay.tp[i], "ep": lay.ep[i], "pp": lay.pp[i],
+                "ratio": np.broadcast_to(np.asarray(ratio, dtype=float), n), **cols}
+        for d, k in zip(("ptp", "pep", "ppp"), prefill or (0, 0, 0), strict=True):
+            rows[d] = np.full(n, k)
+        mode, hw, _ = self.groups[group]
+        value = cols["tokens_per_s_per_gpu"]
+        k = int(np.argmax(value))          # first of equal maxima: points of a block come in seq order
+        self._offer((hw, mode), {f: v[k] for f, v in rows.items()}, int(seq[0]))
+        self.front.add(-value, -cols["tokens_per_s_per_user"], **rows)
+
+    def _offer(self, key: tuple[str, str], row: dict, first: int) -> None:
+        """``row`` becomes the best of ``key`` if it has more tokens/s/GPU (or as many, earlier)."""
+        held, v = self.best.get(key), "tokens_per_s_per_gpu"
+        if held is None or row[v] > held[v] or (row[v] == held[v] and row["seq"] < held["seq"]):
+            self.best[key] = row
+        self.first[key] = min(first, self.first.get(key, first))
+
+    def merge(self, other: _Reducer) -> None:
+        """Fold in the reduction of other points (another block, maybe from another process)."""
+        for key, row in other.best.items():
+            self._offer(key, row, other.first[key])
+        if len(other.front):
+            self.front.add(other.front.a, other.front.b, **other.front.rows)
+
+    def best_rows(self) -> list[dict]:
+        """Best row per (hardware, mode), keys in the order of their first point."""
+        return [self.best[key] for key in sorted(self.best, key=self.first.__getitem__)]
+
+    def front_rows(self) -> list[dict]:
+        r = self.front.rows
+        return [{f: v[k] for f, v in r.items()} for k in range(len(self.front))]
+
+    def config(self, row: dict) -> Config:
+        mode, hw, dtype = self.groups[int(row["group"])]
+        decode = _layout_name(row["tp"], row["ep"], row["pp"])
+        layout = decode if mode == "aggregated" else \
+            f"prefill {_layout_name(row['ptp'], row['pep'], row['ppp'])} + decode {decode} " \
+            f"({row['ratio']:.2f} prefill GPUs per decode GPU)"
+        return Config(mode=mode, hardware=hw, weight_dtype=dtype, layout=layout,
+                      **{f: float(row[f]) for f in _FLOATS})
+
+
+def _layout_name(t, e, p) -> str:
+    return f"tp{t}" + (f" ep{e}" if e > 1 else "") + (f" pp{p}" if p > 1 else "")
+
+
+def _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill requests/s per GPU meeting the TTFT bound, TTFT) of each layout at each tried
+    utilisation, shape (candidates, utilisations): M/G/1 with Kingman's mean wait and an
+    exponential tail for the P90, plus the KV transfer over the instance's NICs."""
+    I = stats.mean_prefill  # noqa: E741
+    devices = lay.devices.astype(float)
     s = iteration(model, hw, lay, dtypes, 0.0, 16.0, I, I).time_s                       # (C,)
     nic = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * devices
     xfer = kv_cache_bytes_per_token(model, dtypes.kv) * stats.mean_input / nic
@@ -143,18 +228,35 @@ def _disaggregated(table: _Table, model, hw, lay, names, devices, dtypes, engine
     wait = rho / (1 - rho) * (workload.arrival.scv + cs2) / 2 * s[:, None]               # Kingman M/G/1
     wait90 = np.where(rho > 0.1, wait / rho * np.log(rho / 0.1), 0.0)
     ttft = wait90 + s[:, None] + xfer[:, None]
-    r_pre = np.where(ttft <= ttft_max, rho / s[:, None] / devices[:, None], 0.0)         # requests/s per GPU
-    if r_pre.max() <= 0:
-        return
-    ip, jp = np.unravel_index(np.argmax(r_pre), r_pre.shape)
-    best_pre, best_ttft = float(r_pre[ip, jp]), float(ttft[ip, jp])
+    return np.where(ttft <= ttft_max, rho / s[:, None] / devices[:, None], 0.0), ttft
+
+
+def _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max, block) -> tuple | None:
+    """(prefill requests/s per GPU, its TTFT, its layout) of the best prefill instance within the
+    TTFT bound over all layouts (ties: the first layout, then the lowest load), or None if none
+    meets it (one cheap pass over the blocks)."""
+    best, rank = (0.0, np.nan, (0, 0, 0)), np.inf
+    for index, sub in blocks(lay, block):
+        r_pre, ttft = _prefill_points(model, hw, sub, dtypes, stats, workload, spec, ttft_max)
+        ip, jp = np.unravel_index(np.argmax(r_pre), r_pre.shape)
+        here = index[ip] * r_pre.shape[1] + jp
+        if r_pre[ip, jp] > best[0] or (r_pre[ip, jp] == best[0] > 0 and here < rank):
+            best, rank = (float(r_pre[ip, jp]), float(ttft[ip, jp]), (int(sub.tp[ip]), int(sub.ep[ip]),
+                                                                      int(sub.pp[ip]))), here
+    return best if best[0] > 0 else None
+
+
+def _disaggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dtypes, engine, stats, pre, tpot_max,
+                   load) -> None:
+    """The best prefill instance paired with every decode operating point of the block within the
+    TPOT bound: accelerator-seconds per request add, ``1 / (1 / r_prefill + 1 / r_decode)``."""
+    best_pre, best_ttft, pre_layout = pre
     dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
-    c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats)
+    devices = lay.devices.astype(float)
+    c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats, load=load)
     i, j = np.nonzero(np.isfinite(c.tpot["p90"]) & (c.tpot["p90"] <= tpot_max))
     r_dec = c.rate[i, j] / devices[i]
     per_gpu = 1 / (1 / best_pre + 1 / r_dec)
     ratio = r_dec / best_pre                        # prefill GPUs per decode GPU
-    layout = np.array([f"prefill {names[ip]} + decode {names[k]} ({r:.2f} prefill GPUs per decode GPU)"
-                       for k, r in zip(i, ratio, strict=True)], dtype=object)
-    table.add("disaggregated", hw.name, dtypes.weight.value, layout, per_gpu * O, 1 / c.tpot["mean"][i, j],
-              best_ttft, c.tpot["p90"][i, j], per_gpu)
+    acc.add(group, lay, index, i, j, pre_layout, ratio, per_gpu * stats.mean_output, 1 / c.tpot["mean"][i, j],
+            best_ttft, c.tpot["p90"][i, j], per_gpu)

@@ -82,12 +82,15 @@ class Curve:
 
     def row(self, i: int) -> Curve:
         """The curve of candidate ``i`` alone (arrays keep their leading axis, of length 1)."""
-        sl = slice(i, i + 1)
+        return self.rows(slice(i, i + 1))
+
+    def rows(self, sel) -> Curve:
+        """The curves of candidates ``sel`` (a slice, indices or a mask)."""
 
         def cut(v):
             if isinstance(v, dict):
-                return {k: x[sl] for k, x in v.items()}
-            return v[sl] if isinstance(v, np.ndarray) else v
+                return {k: x[sel] for k, x in v.items()}
+            return v[sel] if isinstance(v, np.ndarray) else v
 
         return Curve(**{f.name: cut(getattr(self, f.name)) for f in fields(self)})
 
@@ -108,9 +111,28 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     return limits.min(axis=0), names[limits.argmin(axis=0)]
 
 
-def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
-                  stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID) -> Curve:
-    """Steady-state metrics of each candidate layout on a grid of decode batch sizes."""
+@dataclass(frozen=True)
+class LoadGrid:
+    """The roofline part of a serving curve, arrays (candidates, GRID): the decode-batch grid and
+    the iteration times and powers at each point. It depends on the engine's budget and batching
+    and on context and prompt lengths, not on the prompt rate, so curves that differ only in
+    ``mean_prefill`` (the disaggregated decode pool) can share it."""
+
+    n: np.ndarray
+    n_max: np.ndarray
+    limit: np.ndarray
+    chunk: np.ndarray          # prompt tokens riding an iteration with the decodes
+    packed: np.ndarray         # prompt tokens of an iteration packed with queued prompts
+    t_dec: np.ndarray
+    t_chunk: np.ndarray
+    t_packed: np.ndarray
+    p_dec: np.ndarray
+    p_chunk: np.ndarray
+
+
+def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
+              stats: LengthStats, grid: int = GRID) -> LoadGrid:
+    """Decode-batch grid of each candidate and the iteration times along it (one roofline call)."""
     n_max, limit = max_decode_batch(model, hw, lay, dtypes, engine, stats)
     n_max = np.atleast_1d(n_max)
     # mean decode batch from N_LIGHT (an instance idle most of the time) up to n_max
@@ -118,10 +140,9 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     top = np.maximum(n_max[:, None], 1.0)
     n = np.where(n_max[:, None] >= 1, N_LIGHT * (top / N_LIGHT) ** frac, np.nan)
     L = Layout.of(*(np.atleast_1d(x)[:, None] for x in (lay.tp, lay.ep, lay.pp)))
-    I, O, Lp, ctx = stats.mean_prefill, stats.mean_output, stats.mean_prompt_len, stats.mean_decode_ctx  # noqa: E741
+    Lp, ctx = stats.mean_prompt_len, stats.mean_decode_ctx
     spec = engine.speculation
-    tps, verify = spec.tokens_per_step, 1.0 + spec.draft_tokens   # tokens yielded / verified per sequence
-    p = n * tps * I / O                        # prompt tokens per iteration, on average
+    verify = 1.0 + spec.draft_tokens           # tokens verified per sequence
     C = engine.max_batched_tokens * np.atleast_1d(lay.attention_dp)[:, None]   # budget of the whole instance
     # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
@@ -137,6 +158,20 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
                    np.concatenate([0 * n, chunk, packed], 1), Lp, spec)
     t_dec, t_chunk, t_packed = np.split(it.time_s, 3, axis=1)
     p_dec, p_chunk, _ = np.split(it.power_w, 3, axis=1)
+    return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk)
+
+
+def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
+                  stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID,
+                  load: LoadGrid | None = None) -> Curve:
+    """Steady-state metrics of each candidate layout on a grid of decode batch sizes (``load``: the
+    candidates' ``load_grid``, if already computed for the same engine, layouts and lengths)."""
+    g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid)
+    n, n_max, limit, chunk, packed = g.n, g.n_max, g.limit, g.chunk, g.packed
+    t_dec, t_chunk, t_packed, p_dec, p_chunk = g.t_dec, g.t_chunk, g.t_packed, g.p_dec, g.p_chunk
+    I, O = stats.mean_prefill, stats.mean_output  # noqa: E741
+    tps = engine.speculation.tokens_per_step   # tokens yielded per sequence per iteration
+    p = n * tps * I / O                        # prompt tokens per iteration, on average
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
     t_iter = t_dec + p * marginal              # mean iteration time
     tpot = t_iter / tps                        # each iteration yields tps tokens per sequence
@@ -172,7 +207,7 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     e2e["mean"] = ttft["mean"] + (O - 1) * tpot
     devices = np.atleast_1d(lay.devices)
     return Curve(n, rate, tpot_q, ttft, e2e, rho, wait, power, np.maximum(p_chunk, p_dec), mu, n_max,
-                 np.atleast_1d(limit), devices, O)
+                 limit, devices, O)
 
 
 def slo_ok(curve: Curve, slo: SLO, stats_support: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:

@@ -63,7 +63,9 @@ def _column(header: list[str], names: tuple[str, ...], what: str, path: Path) ->
 
 @lru_cache(maxsize=16)
 def load_trace(name_or_path: str) -> Trace:
-    """Load a bundled trace by name or a CSV file by path."""
+    """Load a bundled trace by name or a CSV file by path. The columns are parsed in C (numpy's CSV
+    reader, vectorized float and ``datetime64`` conversion); only a file that fails to parse is
+    read again row by row, to name the offending line."""
     path = Path(name_or_path)
     if not path.suffix:
         if name_or_path not in bundled_traces():
@@ -71,13 +73,54 @@ def load_trace(name_or_path: str) -> Trace:
         path = TRACES_DIR / f"{name_or_path}.csv"
     from planner.yamlio import read_text
 
-    lines = read_text(path, "trace").splitlines()
-    rows = list(csv.reader(lines))
-    if len(rows) < 2:
+    text = read_text(path, "trace")            # UTF-8 text, or an error naming the file and line
+    header = [h.strip() for h in next(csv.reader(text.splitlines()[:1]), [])]
+    if not header:
         raise InputError(f"{path}: trace needs a header and at least one row")
-    header = [h.strip() for h in rows[0]]
-    ti, ii, oi = (_column(header, names, what, path) for names, what in
-                  ((_TIME, "timestamp"), (_INPUT, "input-token"), (_OUTPUT, "output-token")))
+    cols = [_column(header, names, what, path) for names, what in
+            ((_TIME, "timestamp"), (_INPUT, "input-token"), (_OUTPUT, "output-token"))]
+    try:
+        t, inp, out = _parse_columns(path, cols)
+    except ValueError:
+        t, inp, out = _parse_rows(path, cols)      # slow path: find and name the bad line
+    if t.size == 0:
+        raise InputError(f"{path}: trace needs a header and at least one row")
+    if not np.isfinite(t).all():
+        raise InputError(f"{path}:{int(np.flatnonzero(~np.isfinite(t))[0]) + 2}: timestamp is not a finite number")
+    if (inp < 0).any() or (out < 0).any():
+        bad = int(np.flatnonzero((inp < 0) | (out < 0))[0])
+        raise InputError(f"{path}:{bad + 2}: token counts must be >= 0")
+    order = np.argsort(t, kind="stable")
+    arrival = t[order]
+    return Trace(path.stem, arrival - arrival[0], inp[order], out[order])
+
+
+def _parse_columns(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds, input tokens, output tokens) by numpy's C reader; ``ValueError`` on a bad cell."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # an empty file: caught below as no rows
+        raw = np.loadtxt(path, delimiter=",", dtype=str, skiprows=1, usecols=cols, ndmin=2, quotechar='"',
+                         encoding="utf-8")
+    stamps, inp, out = (np.char.strip(raw[:, k]) for k in range(3))
+    try:
+        seconds = stamps.astype(float)
+    except ValueError:
+        ns = stamps.astype("datetime64[ns]").astype(np.int64)    # 'YYYY-MM-DD HH:MM:SS[.fraction]', UTC
+        if (ns == np.iinfo(np.int64).min).any():                 # NaT: an empty cell
+            raise ValueError("empty timestamp") from None
+        seconds = (ns - ns.min()) / 1e9                           # from the first; only differences matter
+    return seconds, inp.astype(float).astype(np.int64), out.astype(float).astype(np.int64)
+
+
+def _parse_rows(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row-by-row parse, raising ``InputError`` at the first line that is not a timestamp and
+    two token counts."""
+    ti, ii, oi = cols
+    from planner.yamlio import read_text
+
+    rows = list(csv.reader(read_text(path, "trace").splitlines()))
     t, inp, out = [], [], []
     for lineno, row in enumerate(rows[1:], start=2):
         if not row:
@@ -86,13 +129,7 @@ def load_trace(name_or_path: str) -> Trace:
             t.append(_seconds(row[ti]))
             inp.append(int(float(row[ii])))
             out.append(int(float(row[oi])))
-        except (ValueError, IndexError, OverflowError):
+        except (ValueError, IndexError):
             raise InputError(f"{path}:{lineno}: expected a timestamp and two token counts, got {','.join(row)!r}") \
                 from None
-        if not np.isfinite(t[-1]):
-            raise InputError(f"{path}:{lineno}: timestamp {row[ti]!r} is not a finite number")
-        if inp[-1] < 0 or out[-1] < 0:
-            raise InputError(f"{path}:{lineno}: token counts must be >= 0, got {','.join(row)!r}")
-    order = np.argsort(np.asarray(t), kind="stable")
-    arrival = np.asarray(t)[order]
-    return Trace(path.stem, arrival - arrival[0], np.asarray(inp)[order], np.asarray(out)[order])
+    return np.asarray(t, dtype=float), np.asarray(inp, dtype=np.int64), np.asarray(out, dtype=np.int64)

@@ -1,0 +1,100 @@
+"""Search at scale (run: python benchmarks/bench_scale.py [--sizes 1000,10000,100000,1000000]).
+
+Each size runs in a fresh process: slo-search (aggregated + disaggregated) of Qwen3-235B-A22B,
+and the colocated search, over wide layout spaces (every hardware profile, tp/ep powers of two,
+pp 1..94, weight dtypes), printing candidates, seconds, candidates/s and the process's peak RSS.
+Spaces beyond the catalog's distinct candidates list hardware profiles more than once: the same
+work per candidate, counted as separate candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+from _timing import machine_line
+
+MODEL = "qwen3-235b-a22b"
+DTYPES = ["bf16", "fp8", "int8", "fp4", "int4", "fp16", "fp32"]
+
+
+def space(size: int) -> dict:
+    """Search lists giving about ``size`` candidates (pp range grown first, then dtypes, then copies)."""
+    import planner
+    from planner.search import layouts
+
+    m = planner.model(MODEL)
+    tp, ep = [1, 2, 4, 8, 16, 32, 64], [1, 2, 4, 8, 16, 32, 64, 128]
+    per_pp = {}
+    for h in planner.list_hardware():
+        hw = planner.hardware(h)
+        lay = layouts(m, hw, tp, ep, list(range(1, m.num_layers + 1)))
+        for p in lay.pp.tolist():
+            per_pp[p] = per_pp.get(p, 0) + 1
+    hardware, dtypes, pp, count = planner.list_hardware(), DTYPES[:1], [], 0
+    for p in sorted(per_pp):
+        if count >= size:
+            break
+        pp.append(p)
+        count += per_pp[p]
+    while count * (len(dtypes) + 1) // len(dtypes) <= size and len(dtypes) < len(DTYPES):
+        count = count * (len(dtypes) + 1) // len(dtypes)
+        dtypes = DTYPES[:len(dtypes) + 1]
+    copies = max(1, round(size / count))
+    return {"hardware": hardware * copies, "tp": tp, "ep": ep, "pp": pp, "weight_dtype": dtypes}
+
+
+def run_one(size: int, design: str) -> dict:
+    import planner
+    from planner.catalog.dtypes import DType
+    from planner.designs.colocated import search_colocated
+    from planner.designs.slo_search import SloSearchSpec, plan_slo_search
+    from planner.perf.cost import CostModel
+    from planner.serving.batching import Engine
+    from planner.serving.slo import SLO
+    from planner.serving.workload import Workload
+
+    s = space(size)
+    wl = Workload(rate=50, input={"dist": "fixed", "value": 4000}, output={"dist": "fixed", "value": 500})
+    slo = SLO(ttft_s={"p90": 2.0}, tpot_s={"p90": 0.05})
+    m, dts = planner.model(MODEL), [DType(d) for d in s["weight_dtype"]]
+    t = time.perf_counter()
+    if design == "slo-search":
+        r = plan_slo_search(m, SloSearchSpec(), wl, slo, Engine(), s["hardware"], s["tp"], s["ep"], s["pp"], dts,
+                            None, "bench")
+        n = r.candidates
+    else:
+        # profiles without a public rental price: an assumed $2/device-hour (prices only rank here)
+        cost = CostModel(usd_per_h={h: 2.0 for h in set(s["hardware"]) if planner.hardware(h).price.rent is None})
+        r = search_colocated(m, wl, slo, Engine(), cost, s["hardware"], s["tp"], s["ep"], s["pp"], dts, top=9)
+        n = r.candidates
+    dt = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"design": design, "candidates": n, "seconds": dt, "per_s": n / dt, "peak_rss_mb": rss / 1e6}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000,100000,1000000")
+    ap.add_argument("--designs", default="slo-search,colocated")
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(run_one(int(a.one[0]), a.one[1])))
+        return
+    print(machine_line())
+    for design in a.designs.split(","):
+        for size in (int(x) for x in a.sizes.split(",")):
+            out = subprocess.run([sys.executable, __file__, "--one", str(size), design], check=True,
+                                 capture_output=True, text=True).stdout
+            r = json.loads(out)
+            print(f"{design:10s} {r['candidates']:>9,d} candidates in {r['seconds']:7.1f} s = {r['per_s']:7,.0f}/s, "
+                  f"peak RSS {r['peak_rss_mb']:5.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

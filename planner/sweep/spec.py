@@ -1,0 +1,111 @@
+"""Sweep files: a base scenario and a grid of overrides, expanded into scenario variants.
+
+```yaml
+name: chat-capacity
+base: chat-h100.yaml                 # a scenario file (relative to this file) or an inline mapping
+grid:                                # dotted key into the scenario -> the values to try
+  model: [llama-3.1-8b, llama-3.1-70b]
+  workload.rate: [5, 10, 20]
+  search.hardware: [[h100-sxm], [h200], [mi300x]]
+  slo.ttft_s.p90: [0.5, 1.0]
+  simulate.seed: [1, 2]
+output: results.csv                  # or .parquet; --out overrides
+```
+
+The variants are the Cartesian product of the grid, in file order (the last key varies fastest).
+Each variant has an ``id``: a hash of its overrides, which is how a rerun knows what is done.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+from planner.yamlio import load_yaml
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    params: dict[str, Any]       # dotted key -> value
+    scenario: dict[str, Any]     # the base scenario with the overrides applied
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    path: Path
+    base_dir: Path               # where the variants' relative paths (traces, profiles) resolve
+    keys: list[str]
+    variants: list[Variant]
+    output: str | None
+
+
+def variant_id(params: dict[str, Any]) -> str:
+    """Stable id of a variant: the first 16 hex digits of the SHA-1 of its overrides as JSON."""
+    return hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _set_in(data: dict, dotted: str, value: Any, where: str) -> None:
+    node = data
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise InputError(f"{where} grid.{dotted}: '{part}' is not a mapping in the base scenario")
+        node = child
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read a sweep file and expand its grid; errors say ``file:line field: problem``."""
+    path = Path(path)
+    data, lines = load_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}:1: a sweep is a YAML mapping with 'base' and 'grid'")
+    unknown = set(data) - {"name", "base", "grid", "output"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise InputError(f"{path}:{lines.get((key,), 1)} {key}: unknown key (expected name, base, grid, output)")
+    base, base_dir = _base(path, data.get("base"), lines)
+    grid = data.get("grid")
+    if not isinstance(grid, dict) or not grid:
+        raise InputError(f"{path}:{lines.get(('grid',), 1)} grid: expected a mapping of dotted keys to value lists")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise InputError(f"{path}:{lines.get(('grid', str(key)), 1)} grid.{key}: expected a non-empty list")
+    keys = [str(k) for k in grid]
+    variants = []
+    for combo in itertools.product(*grid.values()):
+        params = dict(zip(keys, combo, strict=True))
+        scn = copy.deepcopy(base)
+        for k, v in params.items():
+            _set_in(scn, k, v, f"{path}:{lines.get(('grid', k), 1)}")
+        vid = variant_id(params)
+        scn["name"] = f"{scn.get('name', path.stem)}/{vid}"
+        variants.append(Variant(vid, params, scn))
+    output = data.get("output")
+    if output is not None:
+        output = str(path.parent / str(output))
+    return Sweep(str(data.get("name", path.stem)), path, base_dir, keys, variants, output)
+
+
+def _base(path: Path, base: Any, lines) -> tuple[dict, Path]:
+    where = f"{path}:{lines.get(('base',), 1)} base"
+    if isinstance(base, dict):
+        return base, path.parent
+    if isinstance(base, str):
+        file = path.parent / base
+        data, _ = load_yaml(file)
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: {file} is not a scenario mapping")
+        return data, file.parent
+    raise InputError(f"{where}: expected a scenario file name or an inline scenario mapping")
