@@ -300,15 +300,20 @@ def throughput(
                                           "token, s (with --tpot-p90: the most load meeting both)."),
     tpot_p90: float | None = typer.Option(None, "--tpot-p90", min=0.0, help="SLO: P90 time per output "  # noqa: UP007
                                           "token, s."),
+    framework: str | None = typer.Option(None, "--framework", help=(  # noqa: UP007
+        "Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... or "
+        "a framework YAML file); default vllm.")),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Serving steady state of ONE instance: at a concurrency (closed loop; default: as many as fit),
     at a request rate (open loop), or the most load meeting a TTFT/TPOT SLO."""
+    from planner.serving.batching import Engine
     from planner.throughput_cli import run_throughput
 
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
-                   concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, json_out=json_out)
+                   concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, json_out=json_out,
+                   engine=Engine(framework=framework))
 
 
 @app.command()
