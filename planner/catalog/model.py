@@ -78,8 +78,17 @@ class LinearAttention(Frozen):
     @property
     def state_elements(self) -> int:
         """Recurrent + conv state elements of one layer for one sequence."""
-        recurrent = self.num_value_heads * self.key_head_dim * self.value_head_dim
-        return recurrent + self.conv_channels * (self.conv_kernel - 1)
+        return self.recurrent_elements + self.conv_elements
+
+    @property
+    def recurrent_elements(self) -> int:
+        """The ``heads x dk x dv`` recurrent state of one layer for one sequence."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim
+
+    @property
+    def conv_elements(self) -> int:
+        """The short causal convolution's last ``kernel - 1`` inputs of one layer for one sequence."""
+        return self.conv_channels * (self.conv_kernel - 1)
 
 
 class AttentionWindow(Frozen):

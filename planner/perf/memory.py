@@ -36,6 +36,13 @@ def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType)
     return model.num_attention_layers * per_layer * kv_dtype.bytes / layout.pp
 
 
+# Linear-attention recurrent states are kept in FP32 whatever the KV format: the chunked
+# delta-rule kernels (flash-linear-attention, as vLLM and SGLang run Gated DeltaNet / KDA)
+# accumulate the state in FP32, and engines store it so (TensorRT-LLM exposes the choice as
+# KvCacheConfig.mamba_ssm_cache_dtype, float32 among its options). The conv window follows the KV.
+RECURRENT_STATE_DTYPE = DType.fp32
+
+
 def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
     """Per-sequence memory that does not grow with the context, on one device: linear-attention
     state, and the KV of windowed layers, reserved for their whole window (``window.size``
@@ -44,7 +51,8 @@ def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: 
     out = np.zeros(layout.tp.shape)
     la, win = model.linear_attention, model.window
     if la is not None:
-        out = out + len(la.layers) * la.state_elements / layout.tp * kv_dtype.bytes / layout.pp
+        per_layer = la.recurrent_elements * RECURRENT_STATE_DTYPE.bytes + la.conv_elements * kv_dtype.bytes
+        out = out + len(la.layers) * per_layer / layout.tp / layout.pp
     if win is not None:
         per_layer = _kv_elements_per_token_layer(model, layout.tp)
         out = out + model.num_local_layers * win.size * per_layer * kv_dtype.bytes / layout.pp

@@ -209,7 +209,8 @@ def _linear_attention(c: _Ctx, n: int) -> list[Op]:
     else:                  # gated deltanet: qkvz + (beta, alpha) per value head
         proj_n = qkv + nv * dv + 2 * nv
         gate = 0
-    state = nv * dk * dv + qkv * (la.conv_kernel - 1)
+    # recurrent state in FP32 (memory.RECURRENT_STATE_DTYPE: the kernels accumulate it so), conv in the KV format
+    state_bytes = nv * dk * dv * 4.0 + qkv * (la.conv_kernel - 1) * c.dt.kv.bytes
     q = c.step.q_len
     flops_tok = nv * (8.0 * dk * dv + 2.0 * (qkv * la.conv_kernel)) + np.where(
         q > 1, nv * 2.0 * LINEAR_CHUNK * (dk + dv), 0.0)
@@ -217,7 +218,7 @@ def _linear_attention(c: _Ctx, n: int) -> list[Op]:
         c.gemm("linear_in_proj", n, h, proj_n + gate / h, weight_params=h * proj_n + gate),
         Op("linear_attention", OpKind.attention, n, flops=c.tokens * flops_tok,
            act_bytes=c.tokens * (qkv + nv * dv) * c.dt.act.bytes,
-           kv_bytes=2 * c.b_loc * state * c.dt.kv.bytes),
+           kv_bytes=2 * c.b_loc * state_bytes),
         c.gemm("linear_out_proj", n, nv * dv, h),
         c.all_reduce("attn_all_reduce", n),
     ]
