@@ -109,3 +109,16 @@ def test_linear_attention_state_is_fp32_whatever_the_kv_format():
     q = planner.model("qwen3-next-80b-a3b")
     assert float(state_bytes_per_sequence_device(q, Layout.of(1, 1, 1), DType.bf16)) == 36 * (524288 * 4 + 24576 * 2)
     assert float(state_bytes_per_sequence_device(q, Layout.of(1, 1, 1), DType.fp8)) == 36 * (524288 * 4 + 24576 * 1)
+
+
+def test_a_scenario_naming_an_unknown_framework_says_file_line_field(tmp_path):
+    from pathlib import Path
+
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    text = (Path(__file__).resolve().parent.parent / "scenarios" / "chat-h100.yaml").read_text()
+    bad = tmp_path / "s.yaml"
+    bad.write_text(text.replace("engine: {chunked_prefill: true", "engine: {framework: vlm, chunked_prefill: true"))
+    with pytest.raises(InputError, match=r"s\.yaml:14 engine\.framework: unknown framework 'vlm'.*vllm"):
+        load_scenario(bad)

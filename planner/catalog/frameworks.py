@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError
+from pydantic import ValidationError, field_validator
 
 from planner.catalog.hardware import Figure, Fraction, HardwareProfile, MemoryPolicy, Seconds
 from planner.errors import InputError, unknown_name
@@ -48,6 +48,13 @@ class Framework(Frozen):
     max_num_seqs: Figure | None = None
     kv_reservation: KvReservation | None = None
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
+
+    @field_validator("moe_imbalance")
+    @classmethod
+    def _imbalance_at_least_one(cls, v: Figure | None) -> Figure | None:
+        if v is not None and v.value < 1:
+            raise ValueError(f"a max/mean load factor is at least 1, got {v.value}")
+        return v
 
     def engine(self):
         """The serving engine with this framework's defaults (the rest: ``Engine``'s)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
@@ -34,6 +34,20 @@ class Engine(Frozen):
 
     framework: str | None = Field(None, description="serving framework entry (catalog name or YAML path) whose "
                                   "efficiencies and overheads apply; default: vllm")
+
+    @field_validator("framework")
+    @classmethod
+    def _known_framework(cls, v: str | None) -> str | None:
+        """A catalog name must exist (did-you-mean otherwise); a YAML path is read where it is used."""
+        if v is not None and not v.endswith((".yaml", ".yml")):
+            from planner.catalog.frameworks import framework
+            from planner.errors import PlannerError
+
+            try:
+                framework(v)
+            except PlannerError as e:
+                raise ValueError(str(e)) from None
+        return v
 
     chunked_prefill: bool = True
     max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
