@@ -76,19 +76,13 @@ def candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[in
 
 def blocks(lay: Layout, size: int) -> Iterator[tuple[np.ndarray, Layout]]:
     """``(candidate indices, sub-layout)`` of at most ``size`` candidates: the unit a streaming
-    search evaluates at once, so its memory is O(size), not O(candidates).
-
-    Layouts with expert all-to-all (``attention_dp > 1``) and without never share a block: the
-    roofline adds an all-to-all operator to a whole array as soon as one row needs it, and its
-    latency then lands on every row (a zero-byte collective still pays its hop latency), so a
-    block that mixed the two would charge it to layouts that have none and make the answer depend
-    on the block size."""
-    a2a = np.asarray(lay.attention_dp > 1)
-    for cls in (False, True):
-        idx = np.flatnonzero(a2a == cls)
-        for start in range(0, idx.size, max(int(size), 1)):
-            sel = idx[start:start + size]
-            yield sel, Layout(lay.tp[sel], lay.ep[sel], lay.pp[sel])
+    search evaluates at once, so its memory is O(size), not O(candidates). Every row's times are
+    its own whatever else shares the array (an all-to-all charges only the rows that send), so
+    the answer does not depend on the block size."""
+    step = max(int(size), 1)
+    for start in range(0, lay.tp.size, step):
+        sel = np.arange(start, min(start + step, lay.tp.size))
+        yield sel, Layout(lay.tp[sel], lay.ep[sel], lay.pp[sel])
 
 
 class RunningFront:

@@ -122,3 +122,17 @@ def test_a_scenario_naming_an_unknown_framework_says_file_line_field(tmp_path):
     bad.write_text(text.replace("engine: {chunked_prefill: true", "engine: {framework: vlm, chunked_prefill: true"))
     with pytest.raises(InputError, match=r"s\.yaml:14 engine\.framework: unknown framework 'vlm'.*vllm"):
         load_scenario(bad)
+
+
+def test_a_layout_without_all_to_all_costs_the_same_beside_one_with_it():
+    """Mixtral tp2 ep2 (no attention data parallelism: no all-to-all) in one array with tp1 ep2
+    (attention DP: all-to-all): its times equal those it has alone, to the last bit."""
+    from planner.catalog.frameworks import with_framework as wf
+    from planner.perf.estimate import evaluate
+    from planner.perf.ops import DTypes
+    from planner.perf.parallel import Layout
+
+    m, hw = planner.model("mixtral-8x7b"), wf(hardware("h100-sxm"))
+    both = evaluate(m, hw, Layout.of([2, 1], [2, 2], 1), 16, 1024, 64, DTypes())
+    alone = evaluate(m, hw, Layout.of([2], [2], 1), 16, 1024, 64, DTypes())
+    assert both.ttft_s[0] == alone.ttft_s[0] and both.tpot_s[0] == alone.tpot_s[0]

@@ -62,7 +62,9 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     crosses the NIC once per remote domain it reaches - drawing ``m`` times from ``N`` domains
     reaches ``N (1 - (1 - 1/N)^m)`` of them, ``(N-1)/N`` of those remote - and is then forwarded
     to its experts over the scale-up link (DeepEP internode kernels: RDMA then NVLink). The two
-    stages pipeline, so the slower one bounds the time."""
+    stages pipeline, so the slower one bounds the time. A row with nothing to send (a layout
+    without attention data parallelism, evaluated in the same array as one with it) costs
+    nothing."""
     group = np.asarray(group, dtype=float)
     dom = float(hw.domain_size)
     up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
@@ -74,4 +76,4 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw + hw.scale_out.latency.value
     t_fwd = (dom - 1) / dom * intra / up_bw
     t = np.where(group <= dom, t_in, np.maximum(t_nic, t_fwd))
-    return np.where(group > 1, t, 0.0)
+    return np.where((group > 1) & (intra > 0), t, 0.0)     # no traffic, no collective (and no latency)

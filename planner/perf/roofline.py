@@ -124,7 +124,8 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     moved = np.asarray(op.act_bytes, dtype=float) + np.asarray(op.kv_bytes, dtype=float)
     peak, bw = hw.peak_flops_per_s(fmt), hw.memory.bandwidth.value
     if op.kind in COMM_KINDS:
-        alpha = np.where(np.asarray(op.group) > 1, link_of(hw, op.group)[1], 0.0)
+        sends = (np.asarray(op.group) > 1) & (np.asarray(op.comm_bytes) > 0)
+        alpha = np.where(sends, link_of(hw, op.group)[1], 0.0)
         return OpTime(op, flops / (peak * eff.gemm_plateau(fmt)), (weight + moved) / (bw * eff.memory.value),
                       _comm_time(hw, op, dtypes), alpha_s=alpha)
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
