@@ -54,6 +54,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """LLM serving-cluster capacity planner: roofline models of prefill and decode."""
 
 
+FRAMEWORK_HELP = ("Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... "
+                  "or a framework YAML file); default vllm.")
+
+
 class DTypeOpt(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -250,9 +254,7 @@ def whatif(
         "model's last plus the LM head).")),
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
-    framework: str | None = typer.Option(None, "--framework", help=(  # noqa: UP007
-        "Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... or "
-        "a framework YAML file); default vllm.")),
+    framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
                                  "efficiency applied and its source."),
@@ -300,9 +302,7 @@ def throughput(
                                           "token, s (with --tpot-p90: the most load meeting both)."),
     tpot_p90: float | None = typer.Option(None, "--tpot-p90", min=0.0, help="SLO: P90 time per output "  # noqa: UP007
                                           "token, s."),
-    framework: str | None = typer.Option(None, "--framework", help=(  # noqa: UP007
-        "Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... or "
-        "a framework YAML file); default vllm.")),
+    framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Serving steady state of ONE instance: at a concurrency (closed loop; default: as many as fit),

@@ -104,14 +104,9 @@ def predict(p: Point, fw: Framework | None = None) -> float:
 
 def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:
     """``predict`` and the error-band bound of each phase at the point's conditions."""
-    from planner.catalog.model_catalog import model as get_model
     from planner.perf.estimate import estimate
 
     fw = fw or framework(p.framework)
-    hw = fw.apply(hardware(p.hardware))
-    # a published run is replayed as measured, even past the config's nominal window (BLOOM's ALiBi
-    # positions extrapolate beyond its 2,048 training tokens)
-    model = get_model(p.model).model_copy(update={"max_context": None})
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound":
         return _at_tpot_bound(p, fw, kw)
@@ -120,7 +115,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
                          tuple(kw.items()))
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
-    e = estimate(model, hw, batch=p.batch or 1, input_len=p.input_len, output_len=out_len,
+    e = estimate(_replayed(p.model), fw.apply(hardware(p.hardware)), batch=p.batch or 1, input_len=p.input_len,
+                 output_len=out_len,
                  mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
     value = {"prefill_s": e.ttft_s, "decode_step_s": e.tpot_s, "batch_latency_s": e.e2e_s}.get(
         p.metric, (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators)   # prefill tokens/s per device
@@ -142,16 +138,22 @@ def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, 
     return r["tokens_per_s_per_device"], e.regime_bounds
 
 
+def _replayed(name: str):
+    """Model ``name`` as a published run is replayed: as measured, even past the config's nominal
+    window (BLOOM's ALiBi positions extrapolate beyond its 2,048 training tokens)."""
+    from planner.catalog.model_catalog import model as get_model
+
+    return get_model(name).model_copy(update={"max_context": None})
+
+
 @lru_cache(maxsize=4096)
 def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_len: int, concurrency: int | None,
                  deploy: tuple):
     """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run."""
-    from planner.catalog.model_catalog import model as get_model
     from planner.serving.closed_loop import throughput
 
     fw = Framework.model_validate_json(fw_json)
-    m = get_model(model).model_copy(update={"max_context": None})     # replayed as measured (see predict)
-    return throughput(m, fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
+    return throughput(_replayed(model), fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
                       concurrency=concurrency, engine=fw.engine(), **dict(deploy))
 
 
