@@ -64,6 +64,7 @@ class DTypeOpt(str, Enum):
     fp16 = "fp16"
     fp8 = "fp8"
     int8 = "int8"
+    fp6 = "fp6"
     fp4 = "fp4"
     int4 = "int4"
 
@@ -85,17 +86,19 @@ def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSO
         rows.append(dict(name=name, vendor=h.vendor, bf16_flops=h.peak_flops[DType.bf16].value,
                          hbm_bytes=h.memory.capacity.value, hbm_bytes_per_s=h.memory.bandwidth.value,
                          domain=h.domain_size, tdp_w=h.power.tdp.value,
+                         platform_w=h.power.platform.value if h.power.platform else None,
                          usd_per_h=h.price.rent.value if h.price.rent else None, usd_per_h_range=price_range(h)))
     if json_out:
         print_json(rows)
         return
     t = Table(title="Hardware profiles (per device; dense peak; $/h range: hardware_profiles/prices.yaml)")
-    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "$/h", "$/h range"):
+    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "platform", "$/h", "$/h range"):
         t.add_column(col)
     for r in rows:
         lo_hi = r["usd_per_h_range"]
         t.add_row(r["name"], r["vendor"], si(r["bf16_flops"], "FLOP/s"), si(r["hbm_bytes"], "B"),
                   si(r["hbm_bytes_per_s"], "B/s"), str(r["domain"]), si(r["tdp_w"], "W"),
+                  si(r["platform_w"], "W") if r["platform_w"] else "-",
                   f"{r['usd_per_h']:.2f}" if r["usd_per_h"] else "-",
                   f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f}" if lo_hi else "-")
     out.print(t)
@@ -167,7 +170,7 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
                ("HBM", "hbm_bytes", "B"), ("HBM BW", "hbm_bytes_per_s", "B/s"),
                ("host memory", "host_memory_bytes", "B"),
                ("scale-up BW/dir", "scale_up_bytes_per_s", "B/s"), ("scale-out BW/dir", "scale_out_bytes_per_s", "B/s"),
-               ("TDP", "tdp_w", "W"), ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
+               ("TDP", "tdp_w", "W"), ("platform W/device", "platform_w", "W"), ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
                ("BF16 FLOP per $", "bf16_flop_per_usd", "FLOP"), ("HBM bytes per $", "hbm_bytes_per_usd", "B")]
     t = Table(title="Hardware side by side (per device; dense peak)")
     t.add_column("figure")
