@@ -168,9 +168,10 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
 
     figures = [("BF16", "bf16_flops", "FLOP/s"), ("FP8", "fp8_flops", "FLOP/s"), ("FP4", "fp4_flops", "FLOP/s"),
                ("HBM", "hbm_bytes", "B"), ("HBM BW", "hbm_bytes_per_s", "B/s"),
-               ("host memory", "host_memory_bytes", "B"),
+               ("host memory", "host_memory_bytes", "B"), ("host memory BW/dir", "host_memory_bytes_per_s", "B/s"),
                ("scale-up BW/dir", "scale_up_bytes_per_s", "B/s"), ("scale-out BW/dir", "scale_out_bytes_per_s", "B/s"),
-               ("TDP", "tdp_w", "W"), ("platform W/device", "platform_w", "W"), ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
+               ("TDP", "tdp_w", "W"), ("platform W/device", "platform_w", "W"),
+               ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
                ("BF16 FLOP per $", "bf16_flop_per_usd", "FLOP"), ("HBM bytes per $", "hbm_bytes_per_usd", "B")]
     t = Table(title="Hardware side by side (per device; dense peak)")
     t.add_column("figure")
