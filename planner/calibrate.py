@@ -3,7 +3,9 @@ calibration points.
 
 ``gemm_sweeps()`` replays every GEMM shape sweep in ``validation/microbenchmarks/`` through the
 roofline (``op_time``) with the device's profile, so the profile's ``gemm`` plateau and
-``kernel_latency`` can be checked against the measurements they were fitted on.
+``kernel_latency`` can be checked against the measurements they were fitted on. A sweep file may
+state a per-call floor of its harness (``# harness_floor_us: X`` with the evidence beside it):
+shapes timed within 10% of it measure the harness, not the kernel, and are listed, not scored.
 
 ``python -m planner.calibrate vllm-2023`` grid-searches the framework's per-step overhead and its
 GEMM / memory / scale-up link scales, scoring each setting by the mean absolute relative error over
@@ -38,9 +40,18 @@ def _columns(path: Path) -> np.ndarray:
     return np.loadtxt(rows, delimiter=",", ndmin=2).T
 
 
+def _harness_floor_s(path: Path) -> float:
+    """The ``# harness_floor_us: X`` a sweep file states (0 if none)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# harness_floor_us:"):
+            return float(line.split(":", 1)[1].split()[0]) * 1e-6
+    return 0.0
+
+
 def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``
-    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel."""
+    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel. Shapes whose
+    measured time is within 10% of the file's stated harness floor are not scored."""
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
 
@@ -50,8 +61,9 @@ def gemm_sweep(path: Path) -> dict:
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
-    err = np.abs(predicted / measured - 1.0)
-    return {"hardware": profile, "dtype": dtype, "shapes": int(m.size),
+    scored = flops / (measured * 1e12) > 1.1 * _harness_floor_s(path)
+    err = np.abs(predicted / measured - 1.0)[scored]
+    return {"hardware": profile, "dtype": dtype, "shapes": int(scored.sum()), "floor_bound": int((~scored).sum()),
             "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
             "predicted_tflops": predicted, "measured_tflops": measured}
 
