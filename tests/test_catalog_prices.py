@@ -242,6 +242,8 @@ def test_mi355x_completed():
     assert hw.efficiency.gemm.value == pytest.approx(1579.2 / 2516.6, abs=0.005)
     assert hw.efficiency.gemm_plateau(planner.catalog.dtypes.DType.fp8) == pytest.approx(2642 / 5033.2, abs=0.005)
     assert "assumed" in hw.sources[hw.efficiency.gemm_by_format["fp4"].source]
+    assert hw.efficiency.gemm_plateau(planner.catalog.dtypes.DType.fp6) == hw.efficiency.gemm_plateau(
+        planner.catalog.dtypes.DType.fp8)
     assert "assumed from MI300X measured ratio" in hw.efficiency.memory.note
     # 8 GPUs, 7 Infinity Fabric links of ~153.6 GB/s bidirectional each: 537.6 GB/s per direction
     assert hw.domain_size == 8
