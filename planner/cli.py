@@ -458,7 +458,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
                                              "image file (needs matplotlib).")) -> None:
     """Prefix cache of a session workload: hit rate per KV tier, simulator check, capacity curve."""
     from planner.catalog.model_catalog import model as get_model
-    from planner.designs.kv_cache import KVCacheSpec, capacity_curve, with_hits
+    from planner.designs.kv_cache import KVCacheSpec, capacity_curve
     from planner.errors import InputError
     from planner.report import print_json
     from planner.run import run_scenario
@@ -473,8 +473,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
 
         _pyplot()
     result = run_scenario(scn)
-    w = with_hits(scn.workload, result.cache.hit_rate, result.cache.characteristic_time_s)
-    curve = capacity_curve(get_model(scn.model), result.best, w, scn.kv_cache or KVCacheSpec())
+    curve = capacity_curve(get_model(scn.model), result.best, scn.workload, scn.kv_cache or KVCacheSpec())
     if json_out:
         print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})
     else:
