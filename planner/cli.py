@@ -255,6 +255,8 @@ def whatif(
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
+    cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
+                           "(ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
                                  "efficiency applied and its source."),
@@ -266,7 +268,7 @@ def whatif(
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
-                 framework=framework)
+                 framework=framework, cp=cp)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:

@@ -28,7 +28,7 @@ from planner.catalog.model import ModelSpec
 from planner.designs.kv_cache import CacheReport, KVCacheSpec, pool_cache
 from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
 from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
@@ -48,6 +48,8 @@ class Pool(Frozen):
     pp: int = Field(1, ge=1)
     count: int = Field(ge=1)
     power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
+    cp: int = Field(1, ge=1, description="prompt pools: a machine is cp instances of tp x pp devices that prefill "
+                    "each prompt together (context parallelism, ring attention; perf/context_parallel.py)")
 
 
 class Candidate(Frozen):
@@ -158,7 +160,7 @@ def with_pool_cache(model: ModelSpec, workload: Workload, kv_cache: KVCacheSpec 
     if not isinstance(workload, SessionWorkload):
         return workload, None
     lay = Layout.of(pool.tp, 1, pool.pp)
-    return pool_cache(model, workload, kv_cache or KVCacheSpec(), hw, lay, dtypes, pool.count)
+    return pool_cache(model, workload, kv_cache or KVCacheSpec(), hw, lay, dtypes, pool.count * pool.cp)
 
 
 def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
@@ -212,6 +214,7 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
     hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
     lay = Layout.of(b.pool.tp, 1, b.pool.pp)
     check_layout(model, lay)
+    _no_cp(b.pool, f"baseline {b.name}")
     workload, cache = with_pool_cache(model, workload, kv_cache, b.pool, hw, dtypes)
     stats = length_stats(workload)
     c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
@@ -231,7 +234,12 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
 
 
 def _devices(p: Pool) -> int:
-    return p.tp * p.pp
+    return p.tp * p.pp * p.cp
+
+
+def _no_cp(p: Pool, role: str) -> None:
+    if p.cp != 1:
+        raise InputError(f"cp applies to prompt pools only (context-parallel prefill); the {role} has cp={p.cp}")
 
 
 def _usd(p: Pool, hw: HardwareProfile, usd_per_h: dict[str, float]) -> float:
@@ -283,7 +291,10 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
     check_layout(model, play)
     check_layout(model, tlay)
-    support, s, pre_w = prompt_service(model, php, play, dtypes, workload)
+    _no_cp(d.token, f"token pool of {d.name}")
+    if spec.mixed_pool:
+        _no_cp(d.prompt, f"mixed pool of {d.name}")
+    support, s, pre_w = prompt_service(model, php, play, dtypes, workload, d.prompt.cp)
     i, o, w = workload.joint_support()
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
     es, es2 = float(s.mean()), float((s**2).mean())
@@ -331,7 +342,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
         p_idle = php.power.idle.value
         watts = (d.prompt.count * _devices(d.prompt) * (p_idle + float(rho[idx]) * (pre_w - p_idle))
                  + d.token.count * _devices(d.token) * float(at_rates(c, c.power_w, rate / d.token.count)))
-    machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp} (prompt) + {d.token.count} x {thw.name} "
+    cp = f" cp{d.prompt.cp}" if d.prompt.cp > 1 else ""
+    machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp}{cp} (prompt) + {d.token.count} x {thw.name} "
                 f"tp{d.token.tp} (token)")
     acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
@@ -409,6 +421,7 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
     from planner.serving.simulate_pools import Machine, simulate_pools
     from planner.serving.slo import judge
 
+    _no_cp(d.prompt, "simulated prompt pool (the simulator does not model context parallelism)")
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     workload = with_pool_cache(model, workload, kv_cache, d.prompt,
