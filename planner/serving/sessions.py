@@ -131,7 +131,7 @@ class Sessions(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, v: Any) -> Any:
-        if isinstance(v, dict) and v.get("preset") is not None:
+        if isinstance(v, dict) and isinstance(v.get("preset"), str):   # other types: the field's type error
             presets = session_presets()
             if v["preset"] not in presets:
                 raise ValueError(str(unknown_name("session preset", v["preset"], sorted(presets))))
