@@ -152,3 +152,17 @@ def test_splitwise_prompt_pool_holds_the_session_cache(tmp_path):
     direct = pool_cache(m, w, kv, hardware("h200"), Layout.of(8), DTypes(weight=DType.fp8, kv=DType.bf16), 2)[1]
     assert direct.tiers == split.cache.tiers
     assert base.cache.hit_rate == pytest.approx(split.cache.hit_rate)   # same machines, same count
+
+
+def test_splitwise_session_scenario_reports_each_rows_cache():
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "coding-agent-h200-splitwise.yaml"
+    r = CliRunner().invoke(app, ["plan", str(path)], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "prefix cache of colocated-8 (its prefilling machines)" in r.output
+    assert "prefix cache of split-4P4T (its prefilling machines)" in r.output and "host_dram" in r.output
