@@ -259,6 +259,8 @@ def whatif(
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
+    cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
+                           "(ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
                                  "efficiency applied and its source."),
@@ -270,7 +272,7 @@ def whatif(
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
-                 framework=framework)
+                 framework=framework, cp=cp)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:
@@ -462,7 +464,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
                                              "image file (needs matplotlib).")) -> None:
     """Prefix cache of a session workload: hit rate per KV tier, simulator check, capacity curve."""
     from planner.catalog.model_catalog import model as get_model
-    from planner.designs.kv_cache import KVCacheSpec, capacity_curve, with_hits
+    from planner.designs.kv_cache import KVCacheSpec, capacity_curve
     from planner.errors import InputError
     from planner.report import print_json
     from planner.run import run_scenario
@@ -477,8 +479,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
 
         _pyplot()
     result = run_scenario(scn)
-    w = with_hits(scn.workload, result.cache.hit_rate, result.cache.characteristic_time_s)
-    curve = capacity_curve(get_model(scn.model), result.best, w, scn.kv_cache or KVCacheSpec())
+    curve = capacity_curve(get_model(scn.model), result.best, scn.workload, scn.kv_cache or KVCacheSpec())
     if json_out:
         print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})
     else:
