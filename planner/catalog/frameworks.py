@@ -39,6 +39,9 @@ class Framework(Frozen):
     request_overhead: Seconds | None = None    # per request, in its TTFT (tokenize, schedule, first sample)
     gemm_scale: Figure | None = None
     attention_scale: Figure | None = None      # scales the prefill attention kernel plateau
+    # the prefill attention plateau this engine's kernels reach, per hardware profile name (an
+    # older engine runs an older kernel: 2023 vLLM has no FlashAttention-3 on H100)
+    attention_prefill: dict[str, Fraction] = {}
     memory_scale: Figure | None = None
     link_scale: Figure | None = None
     memory_policy: MemoryPolicy | None = None
@@ -81,7 +84,10 @@ class Framework(Frozen):
         for field in ("fp8_dispatch", "overlap_moe_comm"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value
-        if self.attention_scale is not None:
+        attention = self.attention_prefill.get(hw.name) or self.attention_prefill.get(hw.base or "")
+        if attention is not None:
+            update["attention"] = eff.attention.model_copy(update={"prefill": attention})
+        elif self.attention_scale is not None:
             update["attention"] = eff.attention.model_copy(
                 update={"prefill": scaled(eff.attention.prefill, self.attention_scale)})
         for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale),
