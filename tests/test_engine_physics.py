@@ -136,3 +136,18 @@ def test_a_layout_without_all_to_all_costs_the_same_beside_one_with_it():
     both = evaluate(m, hw, Layout.of([2, 1], [2, 2], 1), 16, 1024, 64, DTypes())
     alone = evaluate(m, hw, Layout.of([2], [2], 1), 16, 1024, 64, DTypes())
     assert both.ttft_s[0] == alone.ttft_s[0] and both.tpot_s[0] == alone.tpot_s[0]
+
+
+def test_attention_plateau_follows_the_architecture_and_the_engine_generation():
+    from planner.catalog.frameworks import with_framework
+    from planner.catalog.hardware import hardware
+
+    # FA3 runs on Hopper only: Ampere profiles carry FlashAttention-2's plateau, not H100's fit
+    assert hardware("a100-80g").efficiency.attention.prefill.value == 0.55
+    assert hardware("a100-80g").efficiency.attention.prefill.source == "fa2_a100"
+    # ROCm: the H100 fraction scaled by the GEMM plateau ratio (0.68 x 0.45 / 0.78)
+    assert hardware("mi300x").efficiency.attention.prefill.value == pytest.approx(0.68 * 0.45 / 0.78, abs=0.005)
+    # an engine generation names its own kernel per profile; others keep the profile's
+    assert with_framework(hardware("h100-sxm"), "vllm-2023").efficiency.attention.prefill.value == 0.37
+    assert with_framework(hardware("h100-sxm"), "vllm").efficiency.attention.prefill.value == 0.68
+    assert with_framework(hardware("a100-80g"), "vllm-2023").efficiency.attention.prefill.value == 0.55
