@@ -48,9 +48,12 @@ class IterationTable:
                      self._axis(16.0, max_tokens)]
         N, Cx, P = np.meshgrid(*self.axes, indexing="ij")
         it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len, engine.speculation)
-        self._t = it.time_s.reshape(N.shape).tolist()      # plain floats: fast scalar lookups
-        self._w = np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape).tolist()
+        self.t_grid = np.ascontiguousarray(it.time_s.reshape(N.shape), dtype=float)
+        self.w_grid = np.ascontiguousarray(np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape), dtype=float)
         self._geo = [(math.log(a[1]), math.log(a[-1] / a[1]) / (len(a) - 2)) for a in self.axes]
+        self.geo = np.array(self._geo)                     # (log of the first point, log step) per axis
+        self.axes_grid = np.array(self.axes)               # 3 x (POINTS + 1), for the kernels
+        self._t, self._w = self.t_grid.tolist(), self.w_grid.tolist()   # plain floats: fast scalar lookups
         self._lists = [a.tolist() for a in self.axes]
 
     def _axis(self, lo: float, hi: float) -> np.ndarray:
@@ -155,6 +158,32 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
 
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
                   kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False):
+    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
+    arrival) and returns (energy J per device, preemptions, iterations, end time s). Runs the
+    compiled kernel (``sim_kernel.instance``) or the reference loop below, as
+    ``engine.simulator`` says; both give the same numbers."""
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("instance", engine.simulator)
+    if run is None:
+        return _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine, table, kv_free,
+                                    per_tok, state, ttft, done, dp, prefilled)
+    t_local, d_local = ttft[ids].astype(float), done[ids].astype(float)     # copies, written back below
+    need = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
+    energy, preempt, iters, end, status = run(
+        np.ascontiguousarray(arrival_s[ids], dtype=float), need, input_len[ids].astype(np.int64),
+        output_len[ids].astype(np.int64), prefilled, engine.max_batched_tokens * dp, engine.max_num_seqs * dp,
+        engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
+        float(engine.speculation.tokens_per_step), float(kv_free), float(per_tok), float(state), table.axes_grid,
+        table.geo, table.t_grid, table.w_grid, t_local, d_local)
+    if status == sim_kernel.STALLED:
+        raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
+    ttft[ids], done[ids] = t_local, d_local
+    return energy, preempt, iters, end
+
+
+def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
+                         kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
     arrival). With ``dp`` attention replicas the engine limits scale by ``dp`` (replicas pooled).
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
