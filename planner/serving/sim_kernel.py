@@ -13,6 +13,7 @@ numba is imported only inside :func:`compiled`, never on the ``whatif``/``plan``
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -138,6 +139,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     run_left = np.empty(cap)
     run_ctx = np.empty(cap)
     buf = np.empty(cap)                        # contexts of the sequences ending in one iteration
+    fin_id = np.empty(cap, np.int64)           # and their ids
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
     n_run = 0
@@ -223,30 +225,30 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         n_pre = 0                               # requests preempted in this iteration
         if n_dec and not prefill_only:
             gain = steps * tps
+            n_fin, m = 0, 0                     # one pass: progress, and the batch compacted past the ended
             for q in range(n_run):
-                run_left[q] -= gain
-                run_ctx[q] += gain
-                generated[run_id[q]] += gain
+                r = run_id[q]
+                left = run_left[q] - gain
+                ctx = run_ctx[q] + gain
+                generated[r] += gain
+                if left <= 1e-9:
+                    fin_id[n_fin] = r
+                    buf[n_fin] = ctx
+                    n_fin += 1
+                else:
+                    run_id[m], run_left[m], run_ctx[m] = r, left, ctx
+                    m += 1
+            n_run = m
             ctx_sum += n_dec * gain
             if not reserve_all:
                 kv_used += n_dec * per_tok * gain
-            n_fin = 0
-            for q in range(n_run):
-                if run_left[q] <= 1e-9:
-                    r = run_id[q]
+            if n_fin:
+                for q in range(n_fin):
+                    r = fin_id[q]
                     done[r] = now
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
-                    buf[n_fin] = run_ctx[q]
-                    n_fin += 1
-            if n_fin:
                 finished += n_fin
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
-                m = 0
-                for q in range(n_run):
-                    if run_left[q] > 1e-9:
-                        run_id[m], run_left[m], run_ctx[m] = run_id[q], run_left[q], run_ctx[q]
-                        m += 1
-                n_run = m
             while kv_used > kv_free and n_run:  # preempt the newest, recompute later
                 r = run_id[n_run - 1]
                 kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
@@ -402,6 +404,7 @@ _KERNELS = {"instance": instance, "fcfs": fcfs, "jsq_prompt": jsq_prompt, "jsq_t
 _compiled: dict[str, object] = {}
 
 
+@functools.cache
 def numba_available() -> bool:
     """Whether numba imports (the optional ``fast`` extra)."""
     try:
@@ -425,18 +428,13 @@ def compiled(name: str):
 
 
 def kernel(name: str, mode: str):
-    """Kernel ``name`` for ``mode``: "numba" compiled (error if numba is missing), "kernel" the same
-    function uncompiled (plain Python; slow, for tests), "auto" compiled when numba imports; None
-    when the reference loop is to run ("python", or "auto" without numba)."""
-    if mode == "python":
+    """The compiled kernel ``name`` for ``Engine.simulator`` = ``mode``, or None when the reference
+    loop is to run ("python", or "auto" without numba); "numba" without numba is an input error."""
+    if mode == "python" or (mode == "auto" and not numba_available()):
         return None
-    if mode == "kernel":
-        return _KERNELS[name]
-    if mode == "numba" or numba_available():
-        if not numba_available():
-            from planner.errors import PlannerError
+    if not numba_available():
+        from planner.errors import InputError
 
-            raise PlannerError('engine.simulator: numba is not installed; pip install "planner[fast]" '
-                               '(or numba), or use simulator: python')
-        return compiled(name)
-    return None
+        raise InputError('engine.simulator: numba is not installed; pip install "planner[fast]" (or numba), '
+                         'or use simulator: python')
+    return compiled(name)

@@ -109,6 +109,14 @@ class SimResult:
         return self.requests_per_s * float(self.output_len.mean())
 
 
+def group(key: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): ``order[bounds[k]:bounds[k + 1]]`` are the indices (ascending) where
+    ``key == k``; a stable radix sort when the keys fit in 16 bits."""
+    small = key.astype(np.uint16) if groups <= 1 << 16 else key
+    order = np.argsort(small, kind="stable")
+    return order, np.concatenate([[0], np.cumsum(np.bincount(key, minlength=groups))])
+
+
 def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes) -> tuple[float, float, float]:
     """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide."""
     free_dev = free_kv_bytes_device(model, hw, lay, dtypes)
@@ -138,8 +146,9 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     ttft = np.full(len(arrival_s), np.nan)
     done = np.full(len(arrival_s), np.nan)
     energy, preempt, iters, end = 0.0, 0, 0, 0.0
+    by_route, bounds = group(route, instances)
     for k in range(instances):
-        ids = np.flatnonzero(route == k)
+        ids = by_route[bounds[k]:bounds[k + 1]]
         e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
                                          free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]))
         energy += e * devices
@@ -351,16 +360,26 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
     pre_tokens = np.maximum(np.round(input_len * (1 - prefix_hit)), 1)
     uniq, inv = np.unique(pre_tokens, return_inverse=True)
     service = iteration(model, php, play, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
-    prefill_done = fcfs_servers(arrival_s, service, n_prompt)
+    prefill_done = fcfs_servers(arrival_s, service, n_prompt, engine.simulator)
     ready = prefill_done + np.asarray(transfer_s(pre_tokens, service), dtype=float)
     ttft = prefill_done - arrival_s
     return _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len, output_len, ready,
                         prefill_done, ttft, prefix_hit, warmup_frac)
 
 
-def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int) -> np.ndarray:
-    """Completion times of jobs served FCFS, in arrival order, by the first free of ``servers``."""
+def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int, simulator: str = "python"
+                 ) -> np.ndarray:
+    """Completion times of jobs served FCFS, in arrival order, by the first free of ``servers``
+    (``simulator``: as ``Engine.simulator``; the kernel gives the same numbers)."""
     import heapq
+
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("fcfs", simulator)
+    if run is not None:
+        done = np.empty(len(arrival_s))
+        run(np.ascontiguousarray(arrival_s, dtype=float), np.ascontiguousarray(service_s, dtype=float), servers, done)
+        return done
 
     free = [0.0] * servers
     heapq.heapify(free)
@@ -457,7 +476,7 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
                 continue
         local_idx.append(k)
     local_idx = np.asarray(local_idx, dtype=np.int64)
-    done_local = fcfs_servers(arrival_s[local_idx], s_local[local_idx], n_local)
+    done_local = fcfs_servers(arrival_s[local_idx], s_local[local_idx], n_local, engine.simulator)
     first[local_idx] = done_local
     ready[local_idx] = done_local
     ttft = ready - arrival_s          # remote requests' first token waits for their KV to arrive

@@ -30,7 +30,7 @@ from planner.errors import InfeasibleError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
-from planner.serving.simulate import IterationTable, SimResult, _run_instance, kv_capacity, split_result
+from planner.serving.simulate import IterationTable, SimResult, _run_instance, group, kv_capacity, split_result
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,20 @@ class Machine:
     kind: int
 
 
-def jsq_prompt(arrival_s: np.ndarray, tokens: np.ndarray, service_s: np.ndarray, kinds: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def jsq_prompt(arrival_s: np.ndarray, tokens: np.ndarray, service_s: np.ndarray, kinds: np.ndarray,
+               simulator: str = "python") -> tuple[np.ndarray, np.ndarray]:
     """(prefill completion time, machine index) of each request (in arrival order) dispatched to
     the machine with the fewest pending prompt tokens; ``service_s[kind, request]`` is the prefill
-    time on a machine of that kind; each machine serves its own queue FCFS."""
+    time on a machine of that kind; each machine serves its own queue FCFS. ``simulator``: as
+    ``Engine.simulator`` (the kernel gives the same numbers)."""
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("jsq_prompt", simulator)
+    if run is not None:
+        done, where = np.empty(len(arrival_s)), np.empty(len(arrival_s), dtype=np.int64)
+        run(np.ascontiguousarray(arrival_s, dtype=float), np.ascontiguousarray(tokens, dtype=float),
+            np.ascontiguousarray(service_s, dtype=float), np.ascontiguousarray(kinds, dtype=np.int64), done, where)
+        return done, where
     m = len(kinds)
     pending = np.zeros(m)
     free = np.zeros(m)
@@ -66,9 +75,18 @@ def jsq_prompt(arrival_s: np.ndarray, tokens: np.ndarray, service_s: np.ndarray,
     return done, where
 
 
-def jsq_token(ready_s: np.ndarray, output_tokens: np.ndarray, step_s: np.ndarray) -> np.ndarray:
+def jsq_token(ready_s: np.ndarray, output_tokens: np.ndarray, step_s: np.ndarray, simulator: str = "python"
+              ) -> np.ndarray:
     """Token machine of each request (``ready_s`` ascending): the fewest pending decode tokens,
     a request's ``o`` tokens draining at one per ``step_s[k]`` on machine ``k``."""
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("jsq_token", simulator)
+    if run is not None:
+        where = np.empty(len(ready_s), dtype=np.int64)
+        run(np.ascontiguousarray(ready_s, dtype=float), np.ascontiguousarray(output_tokens, dtype=float),
+            np.ascontiguousarray(step_s, dtype=float), where)
+        return where
     m = len(step_s)
     end_sum = np.zeros(m)        # sum of the estimated decode ends of the requests still there
     count = np.zeros(m)
@@ -135,7 +153,7 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     service = np.zeros((max(pkinds) + 1, len(ids)))
     for k, m in pkinds.items():
         service[k] = iteration(model, m.hw, m.lay, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
-    p_done, p_where = jsq_prompt(a, pre, service, np.array([m.kind for m in prompt]))
+    p_done, p_where = jsq_prompt(a, pre, service, np.array([m.kind for m in prompt]), engine.simulator)
     ttft[ids] = p_done - a
     first[ids] = p_done
     by_done = np.argsort(p_done, kind="stable")
@@ -146,12 +164,12 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
         steps.append(tables[m.kind][0](16.0, float(np.mean(i + o / 2)), 0.0)[0])
     t_where = np.empty(len(ids), dtype=np.int64)
     # the KV ships once the prefill ends; the transfer delay depends on the chosen pair
-    t_where[by_done] = jsq_token(p_done[by_done], o[by_done], np.array(steps))
+    t_where[by_done] = jsq_token(p_done[by_done], o[by_done], np.array(steps), engine.simulator)
     ready = p_done.copy()
-    pk = np.array([prompt[k].kind for k in p_where])
-    tk = np.array([token[k].kind for k in t_where])
-    for kp in set(pk.tolist()):
-        for kt in set(tk.tolist()):
+    pk = np.array([m.kind for m in prompt])[p_where]
+    tk = np.array([m.kind for m in token])[t_where]
+    for kp in np.unique(pk).tolist():
+        for kt in np.unique(tk).tolist():
             sel = (pk == kp) & (tk == kt)
             if sel.any():
                 ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
@@ -159,8 +177,9 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     ready_all[ids] = ready
     energy, preempt, iters = 0.0, 0, 0
     scratch = np.full(len(arrival_s), np.nan)
+    by_machine, bounds = group(t_where, len(token))       # each token machine's requests, in index order
     for k, m in enumerate(token):
-        mine = ids[t_where == k]
+        mine = ids[by_machine[bounds[k]:bounds[k + 1]]]
         mine = mine[np.argsort(ready_all[mine], kind="stable")]
         if not mine.size:
             continue
@@ -178,8 +197,9 @@ def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, 
     route = rng.integers(0, len(mixed), len(ids))
     tables = {}
     energy, preempt, iters = 0.0, 0, 0
+    by_route, bounds = group(route, len(mixed))
     for k, m in enumerate(mixed):
-        mine = ids[route == k]
+        mine = ids[by_route[bounds[k]:bounds[k + 1]]]
         if not mine.size:
             continue
         if m.kind not in tables:
