@@ -138,6 +138,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     run_id = np.empty(cap, np.int64)
     run_left = np.empty(cap)
     run_ctx = np.empty(cap)
+    run_gen = np.empty(cap)                    # tokens generated (generated[] holds them off the batch)
+    least = math.inf                           # least run_left
     buf = np.empty(cap)                        # contexts of the sequences ending in one iteration
     fin_id = np.empty(cap, np.int64)           # and their ids
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
@@ -164,6 +166,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 run_id[n_run] = r
                 run_left[n_run] = out[r] - generated[r]
                 run_ctx[n_run] = full_in[r] + generated[r]
+                run_gen[n_run] = generated[r]
+                least = min(least, run_left[n_run])
                 n_run += 1
                 joined += 1
             if joined:
@@ -206,9 +210,6 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean, float(p_tokens))
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
-                least = run_left[0]
-                for q in range(1, n_run):
-                    least = min(least, run_left[q])
                 horizon = max(1, math.ceil(least / tps - 1e-9))
                 if nxt < n:
                     horizon = min(horizon, max(1, math.ceil((arr[nxt] - now) / tau)))
@@ -226,17 +227,20 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         if n_dec and not prefill_only:
             gain = steps * tps
             n_fin, m = 0, 0                     # one pass: progress, and the batch compacted past the ended
+            least = math.inf
             for q in range(n_run):
                 r = run_id[q]
                 left = run_left[q] - gain
                 ctx = run_ctx[q] + gain
-                generated[r] += gain
+                gen = run_gen[q] + gain
                 if left <= 1e-9:
+                    generated[r] = gen
                     fin_id[n_fin] = r
                     buf[n_fin] = ctx
                     n_fin += 1
                 else:
-                    run_id[m], run_left[m], run_ctx[m] = r, left, ctx
+                    run_id[m], run_left[m], run_ctx[m], run_gen[m] = r, left, ctx, gen
+                    least = min(least, left)
                     m += 1
             n_run = m
             ctx_sum += n_dec * gain
@@ -251,6 +255,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
             while kv_used > kv_free and n_run:  # preempt the newest, recompute later
                 r = run_id[n_run - 1]
+                generated[r] = run_gen[n_run - 1]
                 kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                 admitted[r] = False
                 remaining[r] = need_prefill[r] + np.int64(np.rint(generated[r]))
@@ -261,6 +266,10 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 n_run -= 1
                 preemptions += 1
                 n_pre += 1
+            if n_pre:
+                least = math.inf
+                for q in range(n_run):
+                    least = min(least, run_left[q])
         # ---- prefill progress ----
         added = 0
         for q in range(n_ch):
@@ -287,6 +296,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     run_id[n_run] = r
                     run_left[n_run] = left
                     run_ctx[n_run] = full_in[r] + generated[r]
+                    run_gen[n_run] = generated[r]
+                    least = min(least, left)
                     n_run += 1
                     added += 1
         if added:

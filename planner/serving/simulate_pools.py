@@ -158,18 +158,19 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     first[ids] = p_done
     by_done = np.argsort(p_done, kind="stable")
     tables, steps = {}, []
+    mean_ctx = float(np.mean(i + o / 2))
     for m in token:
         if m.kind not in tables:
             tables[m.kind] = _table(model, m, dtypes, engine, input_len, output_len)
-        steps.append(tables[m.kind][0](16.0, float(np.mean(i + o / 2)), 0.0)[0])
+        steps.append(tables[m.kind][0](16.0, mean_ctx, 0.0)[0])
     t_where = np.empty(len(ids), dtype=np.int64)
     # the KV ships once the prefill ends; the transfer delay depends on the chosen pair
     t_where[by_done] = jsq_token(p_done[by_done], o[by_done], np.array(steps), engine.simulator)
     ready = p_done.copy()
     pk = np.array([m.kind for m in prompt])[p_where]
     tk = np.array([m.kind for m in token])[t_where]
-    for kp in np.unique(pk).tolist():
-        for kt in np.unique(tk).tolist():
+    for kp in sorted({m.kind for m in prompt}):
+        for kt in sorted({m.kind for m in token}):
             sel = (pk == kp) & (tk == kt)
             if sel.any():
                 ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
@@ -177,10 +178,10 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     ready_all[ids] = ready
     energy, preempt, iters = 0.0, 0, 0
     scratch = np.full(len(arrival_s), np.nan)
-    by_machine, bounds = group(t_where, len(token))       # each token machine's requests, in index order
+    by_ready = np.argsort(ready, kind="stable")
+    by_machine, bounds = group(t_where[by_ready], len(token))     # each machine's requests by KV arrival
     for k, m in enumerate(token):
-        mine = ids[by_machine[bounds[k]:bounds[k + 1]]]
-        mine = mine[np.argsort(ready_all[mine], kind="stable")]
+        mine = ids[by_ready[by_machine[bounds[k]:bounds[k + 1]]]]
         if not mine.size:
             continue
         table, free_kv, per_tok, state, dp = tables[m.kind]
