@@ -367,11 +367,37 @@ def fcfs(arrival_s, service_s, servers: int, done):
         heap_push(ht, hk, hp, size, done[r], 0, 0.0)
 
 
+def better(vals, a: int, b: int) -> int:
+    """The leaf of the lower value, the lower index on a tie (``a`` < ``b``; -1 = no leaf)."""
+    if b < 0:
+        return a
+    if a < 0:
+        return b
+    return b if vals[b] < vals[a] else a
+
+
+def tree_update(tree, vals, leaves: int, i: int) -> None:
+    """Replay the matches above leaf ``i`` of a tournament tree after ``vals[i]`` changed."""
+    node = (leaves + i) // 2
+    while node >= 1:
+        tree[node] = better(vals, tree[2 * node], tree[2 * node + 1])
+        node //= 2
+
+
 def jsq_prompt(arrival_s, tokens, service_s, kinds, done, where):
-    """Prompt machine with the fewest pending prompt tokens (planner.serving.simulate_pools.jsq_prompt)."""
+    """Prompt machine with the fewest pending prompt tokens, the lowest index on a tie (numpy's
+    argmin; planner.serving.simulate_pools.jsq_prompt), found by a tournament tree."""
     m = len(kinds)
     pending = np.zeros(m)
     free = np.zeros(m)
+    leaves = 1
+    while leaves < m:
+        leaves *= 2
+    tree = np.full(2 * leaves, -1, np.int64)
+    for i in range(m):
+        tree[leaves + i] = i
+    for node in range(leaves - 1, 0, -1):
+        tree[node] = better(pending, tree[2 * node], tree[2 * node + 1])
     n = len(arrival_s)
     ht, hk, hp = np.empty(max(n, 1)), np.empty(max(n, 1), np.int64), np.empty(max(n, 1))
     size = 0
@@ -379,14 +405,13 @@ def jsq_prompt(arrival_s, tokens, service_s, kinds, done, where):
         a = arrival_s[r]
         while size and ht[0] <= a:
             pending[hk[0]] -= hp[0]
+            tree_update(tree, pending, leaves, hk[0])
             size = heap_pop(ht, hk, hp, size)
-        k = 0
-        for q in range(1, m):
-            if pending[q] < pending[k]:
-                k = q
+        k = tree[1] if m > 1 else 0
         done[r] = max(a, free[k]) + service_s[kinds[k], r]
         free[k] = done[r]
         pending[k] += tokens[r]
+        tree_update(tree, pending, leaves, k)
         where[r] = k
         size = heap_push(ht, hk, hp, size, done[r], k, float(tokens[r]))
 
@@ -396,6 +421,7 @@ def jsq_token(ready_s, output_tokens, step_s, where):
     m = len(step_s)
     end_sum = np.zeros(m)
     count = np.zeros(m)
+    pend = np.empty(m)
     n = len(ready_s)
     ht, hk, hp = np.empty(max(n, 1)), np.empty(max(n, 1), np.int64), np.empty(max(n, 1))
     size = 0
@@ -405,11 +431,12 @@ def jsq_token(ready_s, output_tokens, step_s, where):
             end_sum[hk[0]] -= ht[0]
             count[hk[0]] -= 1
             size = heap_pop(ht, hk, hp, size)
-        k, best = 0, (end_sum[0] - count[0] * t) / step_s[0]
+        for q in range(m):                      # a plain loop (vectorized when compiled), then the argmin
+            pend[q] = (end_sum[q] - count[q] * t) / step_s[q]
+        k = 0
         for q in range(1, m):
-            pend = (end_sum[q] - count[q] * t) / step_s[q]
-            if pend < best:
-                k, best = q, pend
+            if pend[q] < pend[k]:
+                k = q
         end = t + output_tokens[r] * step_s[k]
         end_sum[k] += end
         count[k] += 1
@@ -420,7 +447,7 @@ def jsq_token(ready_s, output_tokens, step_s, where):
 # ---------------------------------------------------------------------------------------------------
 # selection and compilation
 
-_HELPERS = (cell, interp, lookup, block_sum, pairwise_sum, held, heap_push, heap_pop)
+_HELPERS = (cell, interp, lookup, block_sum, pairwise_sum, held, heap_push, heap_pop, better, tree_update)
 _KERNELS = {"instance": instance, "fcfs": fcfs, "jsq_prompt": jsq_prompt, "jsq_token": jsq_token}
 _compiled: dict[str, object] = {}
 

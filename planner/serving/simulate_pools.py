@@ -116,8 +116,9 @@ def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: 
     (decode-only), ``mixed_engine`` the mixed ones (both phases; default ``engine``)."""
     if not prompt or not token:
         raise InfeasibleError("a Splitwise design needs at least one prompt and one token machine")
-    order = np.argsort(arrival_s, kind="stable")
-    arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
+    if np.any(arrival_s[1:] < arrival_s[:-1]):
+        order = np.argsort(arrival_s, kind="stable")
+        arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
     n = len(arrival_s)
     rng = np.random.default_rng(seed)
     to_mixed = (rng.random(n) < mixed_share) if mixed else np.zeros(n, dtype=bool)
@@ -138,6 +139,15 @@ def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: 
                         prompt[0].hw.efficiency.request_overhead.value)
 
 
+def unique_lengths(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(tokens, return_inverse=True)`` of whole token counts, by counting (no sort)."""
+    whole = tokens.astype(np.int64)
+    if not len(tokens) or whole.min() < 0 or whole.max() > 1 << 24 or not np.array_equal(whole, tokens):
+        return np.unique(tokens, return_inverse=True)
+    seen = np.bincount(whole) > 0
+    return np.flatnonzero(seen).astype(tokens.dtype), (np.cumsum(seen) - 1)[whole]
+
+
 def _kinds(machines: list[Machine]) -> dict[int, Machine]:
     return {m.kind: m for m in machines}
 
@@ -148,7 +158,7 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     pending decode tokens); fills ``ttft``, ``first`` and ``done`` for ``ids``."""
     a, i, o = arrival_s[ids], input_len[ids], output_len[ids]
     pre = np.maximum(np.round(i * (1 - prefix_hit)), 1)
-    uniq, inv = np.unique(pre, return_inverse=True)
+    uniq, inv = unique_lengths(pre)
     pkinds = _kinds(prompt)
     service = np.zeros((max(pkinds) + 1, len(ids)))
     for k, m in pkinds.items():
@@ -169,11 +179,10 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     ready = p_done.copy()
     pk = np.array([m.kind for m in prompt])[p_where]
     tk = np.array([m.kind for m in token])[t_where]
-    for kp in sorted({m.kind for m in prompt}):
-        for kt in sorted({m.kind for m in token}):
-            sel = (pk == kp) & (tk == kt)
-            if sel.any():
-                ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
+    pairs = [(kp, kt) for kp in sorted({m.kind for m in prompt}) for kt in sorted({m.kind for m in token})]
+    for kp, kt in pairs:
+        sel = slice(None) if len(pairs) == 1 else (pk == kp) & (tk == kt)
+        ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
     ready_all = np.full(len(arrival_s), np.inf)
     ready_all[ids] = ready
     energy, preempt, iters = 0.0, 0, 0
