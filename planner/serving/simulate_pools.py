@@ -177,9 +177,9 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     # the KV ships once the prefill ends; the transfer delay depends on the chosen pair
     t_where[by_done] = jsq_token(p_done[by_done], o[by_done], np.array(steps), engine.simulator)
     ready = p_done.copy()
-    pk = np.array([m.kind for m in prompt])[p_where]
-    tk = np.array([m.kind for m in token])[t_where]
     pairs = [(kp, kt) for kp in sorted({m.kind for m in prompt}) for kt in sorted({m.kind for m in token})]
+    if len(pairs) > 1:
+        pk, tk = np.array([m.kind for m in prompt])[p_where], np.array([m.kind for m in token])[t_where]
     for kp, kt in pairs:
         sel = slice(None) if len(pairs) == 1 else (pk == kp) & (tk == kt)
         ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
