@@ -95,6 +95,23 @@ def test_splitwise_pools_kernel_equal_reference(mixed, fast):
     assert ref == got
 
 
+def test_heterogeneous_pools_kernel_equal_reference(fast):
+    # H100 and A100 machines in every role, a KV-transfer delay per pair, a mixed share
+    from planner.serving.simulate_pools import Machine, simulate_pools
+
+    m = planner.model("llama-3.1-8b")
+    lay = Layout.of(1, 1, 1)
+    h, a = Machine(HW, lay, 0), Machine(planner.hardware("a100-80g"), lay, 1)
+    a_s, i, o = CONV.with_rate(40.0).sample(800, 4)
+
+    def run(sim):
+        return simulate_pools(m, DTypes(), Engine(simulator=sim), a_s, i, o,
+                              lambda kp, kt, tok, pre: 0.001 * (1 + kp + 2 * kt) + 1e-7 * tok,
+                              [h, h, a, a, a], [h, a, a], [h, a], 0.3, seed=4)
+
+    _same(run("python"), run(fast))
+
+
 def test_disaggregated_and_remote_prefill_kernels_equal_reference(fast):
     a, i, o = CONV.with_rate(6.0).sample(400, 2)
 

@@ -182,6 +182,8 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
         pk, tk = np.array([m.kind for m in prompt])[p_where], np.array([m.kind for m in token])[t_where]
     for kp, kt in pairs:
         sel = slice(None) if len(pairs) == 1 else (pk == kp) & (tk == kt)
+        if len(pairs) > 1 and not sel.any():
+            continue
         ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
     ready_all = np.full(len(arrival_s), np.inf)
     ready_all[ids] = ready
