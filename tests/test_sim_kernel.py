@@ -169,11 +169,16 @@ def test_numba_requested_without_numba_is_an_input_error(monkeypatch):
 
 
 def test_simulator_choice_is_read_from_a_scenario_and_checked():
-    from pydantic import ValidationError
+    from pathlib import Path
 
-    assert Engine(simulator="python").simulator == "python"
-    with pytest.raises(ValidationError):
-        Engine(simulator="fast")
+    from planner.errors import PlannerError
+    from planner.scenario import load_scenario
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "chat-h100.yaml"
+    assert load_scenario(path).engine.simulator == "auto"
+    assert load_scenario(path, ["engine.simulator=python"]).engine.simulator == "python"
+    with pytest.raises(PlannerError, match="simulator"):
+        load_scenario(path, ["engine.simulator=fast"])
 
 
 def test_numba_stays_off_the_cli_import_path():
