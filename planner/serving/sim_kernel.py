@@ -119,6 +119,35 @@ def held(r: int, full_in, out, generated, reserve_all: bool, per_tok: float, sta
     return (full_in[r] + generated[r]) * per_tok + state
 
 
+def decode_steps(least: float, tps: float, to_arrival_s: float, tau: float, kv_room: float, kv_per_step: float,
+                 reserve_all: bool) -> int:
+    """Identical decode-only iterations to run at once: up to the next event (a sequence ending, an
+    arrival in ``to_arrival_s``, or the KV pool filling at ``kv_per_step`` bytes per step)."""
+    horizon = max(1, math.ceil(least / tps - 1e-9))
+    if to_arrival_s < math.inf:
+        horizon = min(horizon, max(1, math.ceil(to_arrival_s / tau)))
+    room = int(kv_room // kv_per_step) if kv_per_step > 0 and not reserve_all else horizon
+    return max(1, min(horizon, room))
+
+
+def ring_remove(wq, head: int, cap: int, start: int, r: int) -> int:
+    """Remove ``r`` (at or after position ``start``) from the ring ``wq``: the entries before it
+    move one place back; returns the new head."""
+    p = start
+    while wq[(head + p) % cap] != r:
+        p += 1
+    while p > 0:
+        wq[(head + p) % cap] = wq[(head + p - 1) % cap]
+        p -= 1
+    return (head + 1) % cap
+
+
+def batch_append(run_id, run_left, run_ctx, run_gen, n_run: int, r: int, left: float, ctx: float, gen: float) -> int:
+    """Append request ``r`` to the running batch; returns its new size."""
+    run_id[n_run], run_left[n_run], run_ctx[n_run], run_gen[n_run] = r, left, ctx, gen
+    return n_run + 1
+
+
 def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int, max_seqs: int, chunked: bool,
              reserve_all: bool, verify: int, tps: float, kv_free: float, per_tok: float, state: float,
              axes, geo, t_grid, w_grid, ttft, done):
@@ -163,12 +192,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 admitted[r] = True
                 head = (head + 1) % cap
                 count -= 1
-                run_id[n_run] = r
-                run_left[n_run] = out[r] - generated[r]
-                run_ctx[n_run] = full_in[r] + generated[r]
-                run_gen[n_run] = generated[r]
-                least = min(least, run_left[n_run])
-                n_run += 1
+                least = min(least, out[r] - generated[r])
+                n_run = batch_append(run_id, run_left, run_ctx, run_gen, n_run, r, out[r] - generated[r],
+                                     full_in[r] + generated[r], generated[r])
                 joined += 1
             if joined:
                 ctx_sum += pairwise_sum(run_ctx, n_run - joined, joined)
@@ -210,12 +236,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean, float(p_tokens))
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
-                horizon = max(1, math.ceil(least / tps - 1e-9))
-                if nxt < n:
-                    horizon = min(horizon, max(1, math.ceil((arr[nxt] - now) / tau)))
-                room = int((kv_free - kv_used) // (n_dec * per_tok * tps)) if per_tok > 0 and not reserve_all \
-                    else horizon
-                steps = max(1, min(horizon, room))
+                steps = decode_steps(least, tps, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
+                                     n_dec * per_tok * tps, reserve_all)
                 if steps > 1:
                     tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean + (steps - 1) * tps / 2,
                                         0.0)
@@ -286,14 +308,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             r = ch_id[q]
             remaining[r] -= ch_take[q]
             if remaining[r] == 0:
-                p = n_pre                       # the chunk is the queue's front, behind this iteration's preempted
-                while wq[(head + p) % cap] != r:
-                    p += 1
-                while p > 0:                    # remove it: shift the entries before it one place back
-                    wq[(head + p) % cap] = wq[(head + p - 1) % cap]
-                    p -= 1
-                head = (head + 1) % cap
-                count -= 1
+                head = ring_remove(wq, head, cap, n_pre, r)   # the chunk is the queue's front, behind the
+                count -= 1                                  # requests preempted in this iteration
                 if math.isnan(ttft[r]):
                     ttft[r] = now - arr[r]
                 generated[r] += 1              # a prefill (or recompute) ends with a new token
@@ -303,12 +319,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                     finished += 1
                 else:
-                    run_id[n_run] = r
-                    run_left[n_run] = left
-                    run_ctx[n_run] = full_in[r] + generated[r]
-                    run_gen[n_run] = generated[r]
                     least = min(least, left)
-                    n_run += 1
+                    n_run = batch_append(run_id, run_left, run_ctx, run_gen, n_run, r, left, full_in[r] + generated[r],
+                                         generated[r])
                     added += 1
         if added:
             s = 0.0
@@ -447,7 +460,8 @@ def jsq_token(ready_s, output_tokens, step_s, where):
 # ---------------------------------------------------------------------------------------------------
 # selection and compilation
 
-_HELPERS = (cell, interp, lookup, block_sum, pairwise_sum, held, heap_push, heap_pop, better, tree_update)
+_HELPERS = (cell, interp, lookup, block_sum, pairwise_sum, held, decode_steps, ring_remove, batch_append, heap_push,
+            heap_pop, better, tree_update)
 _KERNELS = {"instance": instance, "fcfs": fcfs, "jsq_prompt": jsq_prompt, "jsq_token": jsq_token}
 _compiled: dict[str, object] = {}
 
