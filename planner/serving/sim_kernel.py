@@ -485,7 +485,10 @@ def compiled(name: str):
         for f in _HELPERS:
             register_jitable(f)
         for key, f in _KERNELS.items():
-            _compiled[key] = numba.njit(cache=True, nogil=True)(f)
+            try:
+                _compiled[key] = numba.njit(cache=True, nogil=True)(f)
+            except RuntimeError:               # no writable cache location: compile in every process
+                _compiled[key] = numba.njit(nogil=True)(f)
     return _compiled[name]
 
 
