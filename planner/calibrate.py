@@ -3,14 +3,17 @@ calibration points.
 
 ``gemm_sweeps()`` replays every GEMM shape sweep in ``validation/microbenchmarks/`` through the
 roofline (``op_time``) with the device's profile, so the profile's ``gemm`` plateau and
-``kernel_latency`` can be checked against the measurements they were fitted on.
+``kernel_latency`` can be checked against the measurements they were fitted on. A sweep file may
+state a per-call floor of its harness (``# harness_floor_us: X`` with the evidence beside it):
+shapes timed within 10% of it measure the harness, not the kernel, and are listed, not scored.
 
 ``python -m planner.calibrate vllm-2023`` grid-searches the framework's per-step overhead and its
-GEMM / memory / scale-up link scales, scoring each setting by the mean absolute relative error over
-the validation points with ``role: calibration`` and ``framework: <name>``; held-out points are
-never read. It prints the best settings, to be copied into ``catalog/frameworks.yaml`` with the
-points named in the note. The grids are coarse on purpose: a framework entry describes an engine
-generation, not a fit to the last digit.
+GEMM / memory / scale-up link scales, ring-hop latency and per-sequence host time (``--sequence``),
+scoring each setting by the mean absolute relative error over the validation points with
+``role: calibration`` and ``framework: <name>``; held-out points are never read. It prints the
+best settings, to be copied into ``catalog/frameworks.yaml`` with the points named in the note.
+The grids are coarse on purpose: a framework entry describes an engine generation, not a fit to
+the last digit.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
 SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LINK_SCALES = (0.25, 0.5, 1.0)
 RING_HOP_US = (2.5, 5, 7.5, 10, 15)
+SEQUENCE_US = (0, 100, 200, 300, 400, 500)
 
 
 def _columns(path: Path) -> np.ndarray:
@@ -38,9 +42,18 @@ def _columns(path: Path) -> np.ndarray:
     return np.loadtxt(rows, delimiter=",", ndmin=2).T
 
 
+def _harness_floor_s(path: Path) -> float:
+    """The ``# harness_floor_us: X`` a sweep file states (0 if none)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# harness_floor_us:"):
+            return float(line.split(":", 1)[1].split()[0]) * 1e-6
+    return 0.0
+
+
 def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``
-    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel."""
+    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel. Shapes whose
+    measured time is within 10% of the file's stated harness floor are not scored."""
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
 
@@ -50,8 +63,9 @@ def gemm_sweep(path: Path) -> dict:
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
-    err = np.abs(predicted / measured - 1.0)
-    return {"hardware": profile, "dtype": dtype, "shapes": int(m.size),
+    scored = flops / (measured * 1e12) > 1.1 * _harness_floor_s(path)
+    err = np.abs(predicted / measured - 1.0)[scored]
+    return {"hardware": profile, "dtype": dtype, "shapes": int(scored.sum()), "floor_bound": int((~scored).sum()),
             "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
             "predicted_tflops": predicted, "measured_tflops": measured}
 
@@ -128,9 +142,10 @@ def score(fw: Framework, points: list[Point]) -> float:
 
 
 def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | None = None,
-              link: float | None = None, hop_s: float | None = None, note: str | None = None) -> Framework:
-    """``base`` with a calibrated step overhead and GEMM scale, and memory / link scales and ring-hop
-    latency where given (the others kept)."""
+              link: float | None = None, hop_s: float | None = None, sequence_s: float | None = None,
+              note: str | None = None) -> Framework:
+    """``base`` with a calibrated step overhead and GEMM scale, and memory / link scales, ring-hop
+    latency and per-sequence host time where given (the others kept)."""
     def fig(cls, v):
         return cls(value=v, source="calibrated", note=note)
 
@@ -138,20 +153,24 @@ def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | N
         "step_overhead": fig(Seconds, overhead_s), "gemm_scale": fig(Figure, gemm),
         "memory_scale": fig(Figure, memory) if memory else base.memory_scale,
         "link_scale": fig(Figure, link) if link else base.link_scale,
-        "ring_hop_latency": fig(Seconds, hop_s) if hop_s else base.ring_hop_latency})
+        "ring_hop_latency": fig(Seconds, hop_s) if hop_s else base.ring_hop_latency,
+        "sequence_overhead": fig(Seconds, sequence_s) if sequence_s is not None else base.sequence_overhead})
 
 
-def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False) -> tuple[float, Framework]:
-    """Best (error, framework) over the grid; memory and link scales and the ring-hop latency are
-    searched only if asked."""
+def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False,
+        sequence: bool = False) -> tuple[float, Framework]:
+    """Best (error, framework) over the grid; memory and link scales, the ring-hop latency and the
+    per-sequence host time are searched only if asked."""
     base = framework(name)
     points = calibration_points(name)
     if not points:
         raise SystemExit(f"framework {name!r} has no calibration points in validation/measurements.yaml")
     best: tuple[float, Framework] | None = None
-    for ms, g, m, lk, hop in itertools.product(OVERHEAD_MS, SCALES, SCALES if memory else (None,),
-                                                LINK_SCALES if link else (None,), RING_HOP_US if ring else (None,)):
-        fw = candidate(base, ms * 1e-3, g, m, lk, hop * 1e-6 if hop else None)
+    for ms, g, m, lk, hop, seq in itertools.product(
+            OVERHEAD_MS, SCALES, SCALES if memory else (None,), LINK_SCALES if link else (None,),
+            RING_HOP_US if ring else (None,), SEQUENCE_US if sequence else (None,)):
+        fw = candidate(base, ms * 1e-3, g, m, lk, hop * 1e-6 if hop else None,
+                       seq * 1e-6 if seq is not None else None)
         err = score(fw, points)
         if best is None or err < best[0]:
             best = (err, fw)
@@ -161,11 +180,13 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
 
 def main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring]")
-    err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv, ring="--ring" in argv)
+        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring] [--sequence]")
+    err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv, ring="--ring" in argv,
+                  sequence="--sequence" in argv)
     points = calibration_points(argv[0])
     print(f"{argv[0]}: mean abs error {err:.1%} on {len(points)} points ({', '.join(p.id for p in points)})")
-    for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale", "ring_hop_latency"):
+    for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale", "ring_hop_latency",
+                  "sequence_overhead"):
         f = getattr(fw, field)
         if f is not None:
             print(f"  {field}: {f.value:g}")

@@ -64,6 +64,7 @@ class DTypeOpt(str, Enum):
     fp16 = "fp16"
     fp8 = "fp8"
     int8 = "int8"
+    fp6 = "fp6"
     fp4 = "fp4"
     int4 = "int4"
 
@@ -85,17 +86,19 @@ def hardware_list(json_out: bool = typer.Option(False, "--json", help="Print JSO
         rows.append(dict(name=name, vendor=h.vendor, bf16_flops=h.peak_flops[DType.bf16].value,
                          hbm_bytes=h.memory.capacity.value, hbm_bytes_per_s=h.memory.bandwidth.value,
                          domain=h.domain_size, tdp_w=h.power.tdp.value,
+                         platform_w=h.power.platform.value if h.power.platform else None,
                          usd_per_h=h.price.rent.value if h.price.rent else None, usd_per_h_range=price_range(h)))
     if json_out:
         print_json(rows)
         return
     t = Table(title="Hardware profiles (per device; dense peak; $/h range: hardware_profiles/prices.yaml)")
-    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "$/h", "$/h range"):
+    for col in ("name", "vendor", "BF16", "HBM", "HBM BW", "scale-up domain", "TDP", "platform", "$/h", "$/h range"):
         t.add_column(col)
     for r in rows:
         lo_hi = r["usd_per_h_range"]
         t.add_row(r["name"], r["vendor"], si(r["bf16_flops"], "FLOP/s"), si(r["hbm_bytes"], "B"),
                   si(r["hbm_bytes_per_s"], "B/s"), str(r["domain"]), si(r["tdp_w"], "W"),
+                  si(r["platform_w"], "W") if r["platform_w"] else "-",
                   f"{r['usd_per_h']:.2f}" if r["usd_per_h"] else "-",
                   f"{lo_hi[0]:.2f}-{lo_hi[1]:.2f}" if lo_hi else "-")
     out.print(t)
@@ -165,9 +168,10 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
 
     figures = [("BF16", "bf16_flops", "FLOP/s"), ("FP8", "fp8_flops", "FLOP/s"), ("FP4", "fp4_flops", "FLOP/s"),
                ("HBM", "hbm_bytes", "B"), ("HBM BW", "hbm_bytes_per_s", "B/s"),
-               ("host memory", "host_memory_bytes", "B"),
+               ("host memory", "host_memory_bytes", "B"), ("host memory BW/dir", "host_memory_bytes_per_s", "B/s"),
                ("scale-up BW/dir", "scale_up_bytes_per_s", "B/s"), ("scale-out BW/dir", "scale_out_bytes_per_s", "B/s"),
-               ("TDP", "tdp_w", "W"), ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
+               ("TDP", "tdp_w", "W"), ("platform W/device", "platform_w", "W"),
+               ("ridge (BF16)", "ridge_flop_per_byte", "FLOP/B"), ("$/h", "usd_per_h", "$/h"),
                ("BF16 FLOP per $", "bf16_flop_per_usd", "FLOP"), ("HBM bytes per $", "hbm_bytes_per_usd", "B")]
     t = Table(title="Hardware side by side (per device; dense peak)")
     t.add_column("figure")
@@ -255,6 +259,8 @@ def whatif(
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
+    cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
+                           "(ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
                                  "efficiency applied and its source."),
@@ -266,7 +272,7 @@ def whatif(
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
-                 framework=framework)
+                 framework=framework, cp=cp)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:
@@ -458,7 +464,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
                                              "image file (needs matplotlib).")) -> None:
     """Prefix cache of a session workload: hit rate per KV tier, simulator check, capacity curve."""
     from planner.catalog.model_catalog import model as get_model
-    from planner.designs.kv_cache import KVCacheSpec, capacity_curve, with_hits
+    from planner.designs.kv_cache import KVCacheSpec, capacity_curve
     from planner.errors import InputError
     from planner.report import print_json
     from planner.run import run_scenario
@@ -473,8 +479,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
 
         _pyplot()
     result = run_scenario(scn)
-    w = with_hits(scn.workload, result.cache.hit_rate, result.cache.characteristic_time_s)
-    curve = capacity_curve(get_model(scn.model), result.best, w, scn.kv_cache or KVCacheSpec())
+    curve = capacity_curve(get_model(scn.model), result.best, scn.workload, scn.kv_cache or KVCacheSpec())
     if json_out:
         print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})
     else:

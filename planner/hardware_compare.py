@@ -73,8 +73,10 @@ def compare(names: list[str], cost: CostModel, model: str | None = None, input_l
              "fp4_flops": low.get("fp4"), "hbm_bytes": hw.memory.capacity.value,
              "hbm_bytes_per_s": hw.memory.bandwidth.value,
              "host_memory_bytes": hw.host_memory.capacity.value if hw.host_memory else None,
+             "host_memory_bytes_per_s": hw.host_memory.bandwidth.value if hw.host_memory else None,
              "scale_up_bytes_per_s": hw.scale_up.bandwidth_per_direction.value, "domain": hw.domain_size,
              "scale_out_bytes_per_s": hw.scale_out.bandwidth_per_direction.value, "tdp_w": hw.power.tdp.value,
+             "platform_w": hw.power.platform.value if hw.power.platform else None,
              "ridge_flop_per_byte": flops / hw.memory.bandwidth.value,
              "usd_per_h": q.usd_per_h if q else None, "price": q.text() if q else why}
         usd_s = q.usd_per_h / HOUR_S if q else None

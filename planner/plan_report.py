@@ -52,12 +52,15 @@ def print_plan(r: PlanResult) -> None:
                       si(a.ttft_s["p90"], "s"), si(a.tpot_s["p90"], "s"), a.binding)
         out.print(t)
     if getattr(r, "cache", None) is not None:
-        c = r.cache
-        tiers = ", ".join(f"{t.tier} {t.hit_rate:.1%}" for t in c.tiers)
-        out.print(f"prefix cache: {c.hit_rate:.1%} of prompt tokens hit ({tiers}; bound {c.upper_bound:.1%}); "
-                  "details: planner sessions SCENARIO")
+        out.print(f"prefix cache: {_cache_line(r.cache)}; details: planner sessions SCENARIO")
     for n in r.notes:
         out.print(f"[yellow]note:[/] {n}")
+
+
+def _cache_line(c) -> str:
+    tiers = ", ".join(f"{t.tier} {t.hit_rate:.1%}" for t in c.tiers)
+    return (f"{c.hit_rate:.1%} of prompt tokens hit ({tiers}; bound {c.upper_bound:.1%}) at "
+            f"{c.sessions_per_s_per_instance:.3g} sessions/s per machine")
 
 
 def print_splitwise(r) -> None:
@@ -88,6 +91,9 @@ def print_splitwise(r) -> None:
             front.add_row(x["pair"], str(x["prompt"]), str(x["token"]), f"{x['req_per_s']:.3g}",
                           f"{x['usd_per_h']:,.0f}", si(x["power_w"], "W"))
         out.print(front)
+    for row in r.rows:
+        if row.cache is not None:
+            out.print(f"prefix cache of {row.name} (its prefilling machines): {_cache_line(row.cache)}")
     for v in r.verdicts:
         out.print(f"[bold]{v}[/]")
     slo = r.slo
@@ -149,6 +155,8 @@ def print_prfaas(r) -> None:
         be = c["break_even_gbps"]
         out.print(f"dense counterfactual {c['model']} ({c['kv_bytes_per_token']:,} B/token): offload pays from "
                   + (f"{be:g} Gb/s" if be else "no swept bandwidth"))
+    if r.cache is not None:
+        out.print(f"prefix cache at the local site: {_cache_line(r.cache)}")
     if r.simulation:
         m = r.simulation
         out.print(f"simulator at {m.rate:.3g} req/s: TTFT mean {si(m.ttft_s['mean'], 's')} / P90 "

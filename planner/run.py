@@ -79,7 +79,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
     if scn.design.type == "splitwise":          # each design loads only when used (CLI start-up)
         from planner.designs.splitwise import plan_splitwise
 
-        return plan_splitwise(m, scn.design, scn.workload, scn.slo, scn.engine, rates, scn.name)
+        return plan_splitwise(m, scn.design, scn.workload, scn.slo, scn.engine, rates, scn.name, scn.kv_cache)
     if scn.design.type == "polca":
         from planner.designs.polca import plan_polca
 
@@ -87,14 +87,14 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
     if scn.design.type == "prfaas":
         from planner.designs.prfaas import plan_prfaas
 
-        workload = scn.workload
+        workload, cache = scn.workload, None
         if isinstance(workload, SessionWorkload):   # sessions: the hit rate of the local site's KV tiers
-            from planner.designs.kv_cache import KVCacheSpec, site_workload
+            from planner.designs.kv_cache import KVCacheSpec, site_cache
 
             site = scn.design.local
-            workload = site_workload(m, workload, scn.kv_cache or KVCacheSpec(), site.hardware, site.tp, site.ep,
-                                     site.instances, scn.design.weight_dtype, scn.design.kv_dtype)
-        return plan_prfaas(m, scn.design, workload, rates, scn.name)
+            workload, cache = site_cache(m, workload, scn.kv_cache or KVCacheSpec(), site.hardware, site.tp, site.ep,
+                                         site.instances, scn.design.weight_dtype, scn.design.kv_dtype)
+        return plan_prfaas(m, scn.design, workload, rates, scn.name).model_copy(update={"cache": cache})
     if scn.design.type == "distserve":
         from planner.designs.distserve import plan_distserve
 

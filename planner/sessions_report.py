@@ -26,7 +26,8 @@ def print_sessions(result, curve) -> None:
     out.print(f"upper bound (unbounded cache) {c.upper_bound:.1%}; an idle session's KV survives "
               f"{c.characteristic_time_s:,.0f} s; {c.sessions_per_s_per_instance:.3g} sessions/s per instance")
     out.print(f"prefill saved: {c.prefill_tokens_saved_per_s:,.0f} tokens/s; loading hits from slower tiers adds "
-              f"{c.mean_load_s * 1e3:.1f} ms per turn on average (before layer-wise overlap with prefill)")
+              f"{c.mean_load_s * 1e3:.1f} ms per turn on average (before overlap: TTFT counts it loaded layer "
+              "by layer under the prefill)")
     if c.target_hit is not None:
         out.print(f"a {c.target_hit:.0%} hit rate needs {c.capacity_for_target_gb_per_accelerator:,.1f} GB of cache "
                   "per accelerator (all tiers)")

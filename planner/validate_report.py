@@ -35,11 +35,11 @@ def print_validation(result: dict) -> None:
         out.print(s)
     if result.get("microbenchmarks"):
         g = Table(title="GEMM shape sweeps replayed through the roofline (profile gemm + kernel_latency)")
-        for col in ("hardware", "dtype", "shapes", "median", "P90"):
+        for col in ("hardware", "dtype", "shapes", "median", "P90", "harness-floor shapes (not scored)"):
             g.add_column(col)
         for m in result["microbenchmarks"]:
             g.add_row(m["hardware"], m["dtype"], str(m["shapes"]), f"{100 * m['median_abs_rel_error']:.1f}%",
-                      f"{100 * m['p90_abs_rel_error']:.1f}%")
+                      f"{100 * m['p90_abs_rel_error']:.1f}%", str(m.get("floor_bound", 0)))
         out.print(g)
     if result.get("collectives"):
         c = Table(title="All-reduce sweeps (NCCL/RCCL, 1 KiB-8 GiB): alpha-beta fit and the profile's bus bandwidth")

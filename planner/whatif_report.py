@@ -27,7 +27,8 @@ def _range(p10: float | None, p90: float | None) -> str:
 
 
 def print_estimate(e: Estimate, explain: bool = False) -> None:
-    layout = f"tp={e.tp} pp={e.pp} ep={e.ep} ({e.accelerators} x {e.hardware})"
+    cp = f" cp={e.cp} (prefill over {e.cp} instances)" if e.cp > 1 else ""
+    layout = f"tp={e.tp} pp={e.pp} ep={e.ep}{cp} ({e.accelerators} x {e.hardware})"
     mem = e.memory
     rows = [
         ("layout", layout),

@@ -53,13 +53,20 @@ def test_fp8_and_other_gemm_sweeps():
     # Azure's random-data GEMM sweeps (9 shapes each). Hopper FP8: the fp8 plateau (0.70 / 0.69) is
     # read off one of the nine shapes (16384^3), the rest is held out: median within 10%. A100 FP16
     # and MI300X FP8 use plateaus from other sources (NanoFlow 0.90; SemiAnalysis 0.45) and the
-    # assumed H100 kernel latency: medians 18% / 17% (MI300X's 1024^3 runs at 53 TFLOP/s, a ~40 us
-    # per-call floor on that VM, 5x our assumed latency) - asserted at 20% as regressions.
+    # assumed H100 kernel latency: medians 18% / 15% - asserted at 20% as regressions. MI300X's
+    # three smallest shapes (2.1-17.2 GFLOP) all take 40.2-40.5 us: the harness floor the file
+    # states, listed and not scored (they made the P90 324%); the rest P90 53% (the N=192 shape).
     sweeps = {(s["hardware"], s["dtype"]): s for s in gemm_sweeps()}
     assert sweeps[("h100-sxm", "fp8")]["median_abs_rel_error"] <= 0.10
     assert sweeps[("h200", "fp8")]["median_abs_rel_error"] <= 0.10
     assert sweeps[("a100-80g", "fp16")]["median_abs_rel_error"] <= 0.20
-    assert sweeps[("mi300x", "fp8")]["median_abs_rel_error"] <= 0.20
+    mi = sweeps[("mi300x", "fp8")]
+    assert mi["median_abs_rel_error"] <= 0.20 and mi["p90_abs_rel_error"] <= 0.60
+    assert (mi["shapes"], mi["floor_bound"]) == (6, 3)
+    # MI355X (HipKittens' hipBLASLt baselines): the plateaus were read off the two largest shapes
+    # of each sweep; the held-out 4096^3 lands within 4% (BF16) and 19% (FP8)
+    assert sweeps[("mi355x", "bf16")]["median_abs_rel_error"] <= 0.05
+    assert sweeps[("mi355x", "fp8")]["median_abs_rel_error"] <= 0.20
 
 
 def test_allreduce_sweeps_follow_alpha_beta_and_match_profile_busbw():

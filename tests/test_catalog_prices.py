@@ -121,8 +121,8 @@ def test_lookup_latest_per_provider_cheapest_overall():
 
 
 def test_missing_price_is_an_error_with_the_way_to_give_one():
-    with pytest.raises(InputError, match=r"cost\.prices: \{mi355x: <US\$ per accelerator-hour>\}"):
-        CostModel(purchase="on_demand").usd_per_device_hour(planner.hardware("mi355x"))
+    with pytest.raises(InputError, match=r"cost\.prices: \{cloudmatrix384: <US\$ per accelerator-hour>\}"):
+        CostModel(purchase="on_demand").usd_per_device_hour(planner.hardware("cloudmatrix384"))
     with pytest.raises(InputError, match="no rental price for 'trn2'"):
         CostModel().usd_per_device_hour(planner.hardware("trn2"))
 
@@ -138,9 +138,10 @@ def test_cost_model_purchase_models():
 
 
 def test_owned_gb200_amortised_plus_energy():
-    # $41,667 over 4 years of 8,766 h = $1.1883/h; 1,200 W x PUE 1.3 x $0.08/kWh = $0.1248/h
+    # $41,667 over 4 years of 8,766 h = $1.1883/h; (1,200 W of GPU + (120 kW - 72 x 1.2 kW) / 72
+    # = 466.7 W of rack beyond the GPUs) x PUE 1.3 x $0.08/kWh = $0.17333/h
     q = CostModel(purchase="own").quote(planner.hardware("gb200-nvl72"), avg_power_w=1200)
-    assert q.usd_per_h == pytest.approx(41667 / (4 * 8766) + 0.1248, rel=1e-4)
+    assert q.usd_per_h == pytest.approx(41667 / (4 * 8766) + (1200 + 466.7) * 1.3 * 0.08 / 1000, rel=1e-4)
     assert q.purchase == "own" and q.source == "continuum_nvl72"
 
 
@@ -173,6 +174,8 @@ def test_rack_scale_scenario_states_its_on_demand_prices():
     gb = quotes["gb200-nvl72"]
     assert (gb.usd_per_h, gb.purchase, gb.provider, gb.date) == (4.54, "on_demand", "spheron", "2026-03-17")
     assert quotes["cloudmatrix384"].purchase == "named"
+    # MI355X from the table: the cheapest current on-demand offer (Vultr $2.59, not OCI's $8.60)
+    assert (quotes["mi355x"].usd_per_h, quotes["mi355x"].provider) == (2.59, "vultr")
     assert any(n.startswith("prices used: ") for n in r.notes)
     # the deployment's cost is its accelerators at the quoted rate
     assert r.best.usd_per_h == pytest.approx(r.best.accelerators * quotes[r.best.hardware].usd_per_h)
@@ -213,3 +216,46 @@ def test_plan_json_states_prices_for_every_priced_design():
     from planner.plan_prices import scenario_prices
 
     assert scenario_prices(scn) == []
+
+
+# -- platform power and the completed MI355X ----------------------------------------------------
+def test_platform_power_per_device_hand_derived():
+    # (node power - 8 x TDP) / 8: DGX H100 10.2 kW -> 575 W; DGX B200 14.3 kW -> 787.5 W;
+    # the MI300X node measured at 7.6 kW with 8 x 750 W GPUs -> 200 W
+    assert planner.hardware("h100-sxm").power.platform.value == (10200 - 8 * 700) / 8
+    assert planner.hardware("b200").power.platform.value == (14300 - 8 * 1000) / 8
+    assert planner.hardware("mi300x").power.platform.value == (7600 - 8 * 750) / 8
+    assert planner.hardware("mi325x").platform_w == planner.hardware("mi355x").platform_w == 200
+    # ownership pays for the host too: MI300X $15,000 over 4 y + (750 + 200) W x 1.3 x $0.08/kWh
+    q = CostModel(purchase="own").quote(planner.hardware("mi300x"), avg_power_w=750)
+    assert q.usd_per_h == pytest.approx(15000 / (4 * 8766) + 950 * 1.3 * 0.08 / 1000, rel=1e-4)
+    assert "platform 200" in q.note
+
+
+def test_mi355x_completed():
+    hw = planner.hardware("mi355x")
+    # AMD: 4,096 / 8,192 / 16,384 FLOPS per clock per CU x 256 CUs x 2.4 GHz
+    for fmt, per_clk in (("bf16", 4096), ("fp8", 8192), ("fp6", 16384), ("fp4", 16384)):
+        assert hw.peak_flops[fmt].value == pytest.approx(per_clk * 256 * 2.4e9, rel=1e-4)
+    assert hw.peak_flops["int8"].value == hw.peak_flops["fp8"].value
+    # GEMM plateaus from HipKittens' hipBLASLt baselines: 1,579 / 2,517 and 2,642 / 5,033
+    assert hw.efficiency.gemm.value == pytest.approx(1579.2 / 2516.6, abs=0.005)
+    assert hw.efficiency.gemm_plateau(planner.catalog.dtypes.DType.fp8) == pytest.approx(2642 / 5033.2, abs=0.005)
+    assert "assumed" in hw.sources[hw.efficiency.gemm_by_format["fp4"].source]
+    assert hw.efficiency.gemm_plateau(planner.catalog.dtypes.DType.fp6) == hw.efficiency.gemm_plateau(
+        planner.catalog.dtypes.DType.fp8)
+    assert "assumed from MI300X measured ratio" in hw.efficiency.memory.note
+    # 8 GPUs, 7 Infinity Fabric links of ~153.6 GB/s bidirectional each: 537.6 GB/s per direction
+    assert hw.domain_size == 8
+    assert hw.scale_up.bandwidth_per_direction.value == pytest.approx(7 * 153.6e9 / 2, rel=1e-3)
+    t = price_table()
+    assert t.rent_range("mi355x") == (2.59, 8.60)
+    assert t.rent_row("mi355x", Purchase.reserved_3y).usd_per_h == 2.90
+
+
+def test_fp6_weights_stream_six_bits():
+    from planner.catalog.dtypes import DType
+
+    assert DType.fp6.bytes == 0.75
+    assert planner.hardware("mi355x").compute_dtype(DType.fp6) is DType.fp6
+    assert planner.hardware("h100-sxm").compute_dtype(DType.fp6) is DType.bf16   # no FP6 units: dequantized

@@ -58,8 +58,8 @@ def test_compare_bad_input_exit_2():
 
 
 def test_compare_named_price_fills_a_gap():
-    rows = _json(["hardware", "compare", "mi355x", "h200", "--purchase", "on_demand", "--price", "mi355x=4.54",
-                  "--json"])
-    assert rows[0]["usd_per_h"] == 4.54 and "named" in rows[0]["price"]
-    assert rows[0]["hbm_bytes_per_usd"] == pytest.approx(8e12 * 3600 / 4.54)
+    rows = _json(["hardware", "compare", "cloudmatrix384", "h200", "--purchase", "on_demand", "--price",
+                  "cloudmatrix384=2.0", "--json"])
+    assert rows[0]["usd_per_h"] == 2.0 and "named" in rows[0]["price"]
+    assert rows[0]["hbm_bytes_per_usd"] == pytest.approx(3.2e12 * 3600 / 2.0)
     assert runner.invoke(app, ["hardware", "compare", "mi355x", "h200", "--price", "mi355x"]).exit_code == 2

@@ -11,7 +11,7 @@ from planner.errors import InputError
 from planner.serving.cache_sim import replay
 from planner.serving.prefix_cache import ReuseProfile, characteristic_time, hit_rate, tier_hit_rates
 from planner.serving.session_trace import load_session_trace
-from planner.serving.sessions import Sessions, SessionWorkload
+from planner.serving.sessions import Sessions, SessionWorkload, TierTime
 from planner.serving.workload import Workload, length_stats
 
 
@@ -151,7 +151,7 @@ def test_per_turn_hits_average_to_the_aggregate():
     p = ReuseProfile.of(w.stream(), w.session_rate, w.sessions.think).at_rate(w.session_rate / 3)
     cap = 1.5e6
     t = float(characteristic_time(p, cap)[0])
-    h = w.model_copy(update={"cache_ttl_s": t}).support_hits()
+    h = w.model_copy(update={"cache_tiers": (TierTime(ttl_s=t),)}).support_hits()
     s = w.stream()
     assert (h * s.input_len).sum() / s.input_len.sum() == pytest.approx(hit_rate(p, cap)[0], rel=1e-3)
     first = s.turn == 0

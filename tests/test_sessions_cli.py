@@ -100,12 +100,12 @@ def test_prfaas_sites_default_to_the_workload_hit():
 
 def test_site_hit_rises_with_instances():
     from planner.catalog.model_catalog import model
-    from planner.designs.kv_cache import KVCacheSpec, site_workload
+    from planner.designs.kv_cache import KVCacheSpec, site_cache
     from planner.serving.sessions import SessionWorkload
 
     w = SessionWorkload(rate=20.0, sessions={"preset": "coding_agent", "max_context": 131072})
     m = model("llama-3.1-70b")
-    hits = [site_workload(m, w, KVCacheSpec(), "h200", 8, 1, k, "fp8", None).prefix_hit for k in (1, 2, 4, 8, 16)]
+    hits = [site_cache(m, w, KVCacheSpec(), "h200", 8, 1, k, "fp8", None)[0].prefix_hit for k in (1, 2, 4, 8, 16)]
     assert all(b >= a for a, b in zip(hits, hits[1:], strict=False)) and hits[-1] > hits[0]
 
 

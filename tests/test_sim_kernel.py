@@ -80,6 +80,21 @@ def test_colocated_kernel_equals_reference(case, fast):
         assert ref.preemptions == 0
 
 
+def test_per_request_prefix_hits_and_tier_loads_equal_reference(fast):
+    # each request its own hit fraction and its own time to load the hits from a slower KV tier
+    # (paid layer by layer in the iteration of its first chunk), with preemption and recompute
+    a, i, o = LONG.with_rate(20.0).sample(200, 5)
+    rng = np.random.default_rng(5)
+    hit, load = rng.uniform(0, 0.9, len(a)), rng.exponential(0.05, len(a)) * (rng.random(len(a)) < 0.7)
+    ref, got = (simulate(M, HW, Layout.of(2, 1, 1), FP8, Engine(simulator=sim), a, i, o, instances=2,
+                         prefix_hit=hit, load_s=load, seed=5) for sim in ("python", fast))
+    _same(ref, got)
+    assert ref.preemptions > 0
+    no_load = simulate(M, HW, Layout.of(2, 1, 1), FP8, Engine(simulator=fast), a, i, o, instances=2, prefix_hit=hit,
+                       seed=5)
+    assert np.mean(no_load.ttft_s) < np.mean(got.ttft_s)       # the loads are felt
+
+
 @pytest.mark.parametrize("mixed", [False, True])
 def test_splitwise_pools_kernel_equal_reference(mixed, fast):
     # 6 prompt + 2 token H100s (Llama-3.1-8B): JSQ on pending tokens both ways, KV transfer, token
@@ -93,6 +108,16 @@ def test_splitwise_pools_kernel_equal_reference(mixed, fast):
     ref = simulate_design(m, d, spec, CONV, slo, Engine(simulator="python"), rate, 600, 1)
     got = simulate_design(m, d, spec, CONV, slo, Engine(simulator=fast), rate, 600, 1)
     assert ref == got
+    # per-request prefix hits (as a session workload gives them)
+    from planner.serving.simulate_pools import Machine, simulate_pools
+
+    a, i, o = CONV.with_rate(rate).sample(600, 2)
+    hit = np.random.default_rng(2).uniform(0, 0.8, len(a))
+    one = Machine(HW, Layout.of(1, 1, 1), 0)
+    runs = [simulate_pools(m, DTypes(), Engine(simulator=sim), a, i, o, lambda kp, kt, tok, pre: 0.005 + 0 * tok,
+                           [one] * 6, [one] * 2, [one] * (2 if mixed else 0), 0.3, prefix_hit=hit, seed=2)
+            for sim in ("python", fast)]
+    _same(*runs)
 
 
 def test_heterogeneous_pools_kernel_equal_reference(fast):

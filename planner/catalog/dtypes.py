@@ -13,6 +13,7 @@ class DType(str, Enum):
     fp16 = "fp16"
     fp8 = "fp8"
     int8 = "int8"
+    fp6 = "fp6"      # OCP MXFP6 (E2M3/E3M2) weights: 6 bits
     fp4 = "fp4"
     int4 = "int4"
 
@@ -23,5 +24,5 @@ class DType(str, Enum):
 
 _BYTES = {
     DType.fp32: 4.0, DType.bf16: 2.0, DType.fp16: 2.0, DType.fp8: 1.0,
-    DType.int8: 1.0, DType.fp4: 0.5, DType.int4: 0.5,
+    DType.int8: 1.0, DType.fp6: 0.75, DType.fp4: 0.5, DType.int4: 0.5,
 }

@@ -121,8 +121,14 @@ class Link(Frozen):
 
 
 class Power(Frozen):
+    """Device power (``tdp``, ``idle``) and, if known, ``platform``: each device's share of what its
+    node draws beyond the accelerators at full load (host CPUs and DRAM, NICs, switches, fans,
+    power conversion), i.e. (node power - devices x TDP) / devices. Ownership energy is priced
+    on device power plus this share; the device power model itself ignores it."""
+
     tdp: Watts
     idle: Watts
+    platform: Watts | None = None
     memory_bound_activity: Fraction = Fraction(
         value=0.49, source="splitwisesim_power",
         note="(token-phase 380 W - idle 75 W) / (TDP 700 W - 75 W) on H100; A100 gives 0.55")
@@ -251,6 +257,11 @@ class HardwareProfile(Frozen):
         return self
 
     # -- derived quantities the perf engine uses (SI) ---------------------------------------
+    @property
+    def platform_w(self) -> float:
+        """Each device's share of its node's power beyond the accelerators (0 if not recorded)."""
+        return self.power.platform.value if self.power.platform else 0.0
+
     @property
     def domain_size(self) -> int:
         assert self.scale_up.domain_size is not None

@@ -322,8 +322,9 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     lay = Layout.of(d.tp, d.ep, d.pp)
     arrival, inp, out = workload.sample(requests, seed)
-    r = simulate(model, hw, lay, dtypes, engine, arrival, inp, out, instances=k, prefix_hit=workload.prefix_hit,
-                 seed=seed)
+    hits, load = workload.sample_cache(requests, seed)      # per turn for sessions: cold turns stay cold
+    r = simulate(model, hw, lay, dtypes, engine, arrival, inp, out, instances=k, prefix_hit=hits, seed=seed,
+                 load_s=load)
     measured, att, bad = judge(slo, r.ttft_s, r.tpot_s, r.e2e_s, r.output_len)
     return SimCheck(instances=k, requests=requests, seed=seed, ttft_s=measured["ttft_s"], tpot_s=measured["tpot_s"],
                     e2e_s=measured["e2e_s"], slo_attainment=att, requests_per_s=r.requests_per_s,

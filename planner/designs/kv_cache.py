@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.kv_tiers import TierName
 from planner.catalog.model import ModelSpec
@@ -25,6 +26,7 @@ from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.estimate import resolve_dtypes
 from planner.perf.kv_tiers import Tier, instance_tiers
+from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.cache_sim import BLOCK_TOKENS, replay
 from planner.serving.prefix_cache import (
@@ -35,7 +37,7 @@ from planner.serving.prefix_cache import (
     tier_bounds,
     tier_hit_rates,
 )
-from planner.serving.sessions import SessionStream, SessionWorkload
+from planner.serving.sessions import SessionStream, SessionWorkload, TierTime
 from planner.serving.workload import length_stats
 from planner.units import parse_quantity
 
@@ -121,8 +123,8 @@ def plan_with_cache(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSp
         raise InfeasibleError(reasons[0] if len(set(reasons)) == 1 else "; ".join(dict.fromkeys(reasons)))
     results.sort(key=lambda r: (r[0].usd_per_h, r[0].accelerators))
     deployments = [r[0] for r in results]
-    best, (hit, ttl), evals = results[0]
-    w = with_hits(workload, hit, ttl)
+    best, (hit, times), evals = results[0]
+    w = with_hits(workload, hit, times)
     return deployments, w, cache_report(model, best, w, spec, profile, evals)
 
 
@@ -139,17 +141,17 @@ def _single_candidates(plan_args: dict):
 def _fixed_point(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
                  plan_args: dict) -> tuple[Deployment, float, int]:
     plan = _planner(model, workload, plan_args)
-    ref = plan(profile.upper_bound, None)[0]
+    ref = plan(profile.upper_bound, ())[0]
     cap = plan_args.get("max_instances", 100_000)
-    evals: dict[int, tuple[float, float, Deployment | None]] = {}
+    evals: dict[int, tuple[float, tuple[TierTime, ...], Deployment | None]] = {}
 
     def holds(k: int) -> bool:
-        hit, ttl = _hit(model, ref, workload, spec, profile, k)
+        hit, times = _hit(model, ref, workload, spec, profile, k)
         try:
-            best = plan(hit, ttl)[0]
+            best = plan(hit, times)[0]
         except InfeasibleError:
             best = None
-        evals[k] = (hit, ttl, best)
+        evals[k] = (hit, times, best)
         return best is not None and best.instances <= k
 
     lo, hi = ref.instances - 1, ref.instances          # k = lo is below the optimistic count
@@ -162,27 +164,34 @@ def _fixed_point(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSpec,
     while hi - lo > 1:                                  # smallest k that holds
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if holds(mid) else (mid, hi)
-    hit, ttl, best = evals[hi]
-    return (rescaled(best, hi) if best.instances < hi else best), (hit, ttl), len(evals)
+    hit, times, best = evals[hi]
+    return (rescaled(best, hi) if best.instances < hi else best), (hit, times), len(evals)
 
 
 def _planner(model: ModelSpec, workload: SessionWorkload, plan_args: dict):
-    def plan(hit: float, ttl: float | None) -> list[Deployment]:
-        return plan_colocated(model, with_hits(workload, hit, ttl), **plan_args)
+    def plan(hit: float, times: tuple[TierTime, ...]) -> list[Deployment]:
+        return plan_colocated(model, with_hits(workload, hit, times), **plan_args)
     return plan
 
 
-def with_hits(w: SessionWorkload, hit: float, ttl: float | None) -> SessionWorkload:
-    """``w`` with the cache's aggregate hit rate and characteristic time (per-turn hits)."""
-    return w.model_copy(update={"prefix_hit": min(hit, MAX_HIT), "cache_ttl_s": ttl})
+def with_hits(w: SessionWorkload, hit: float, times: tuple[TierTime, ...]) -> SessionWorkload:
+    """``w`` with the cache's aggregate hit rate and each tier's characteristic time and load
+    cost (per-turn hits and loads; none: one figure for every turn)."""
+    return w.model_copy(update={"prefix_hit": min(hit, MAX_HIT), "cache_tiers": tuple(times)})
+
+
+def tier_times(p: ReuseProfile, tiers: list[Tier], inclusive: bool) -> tuple[TierTime, ...]:
+    """How long an idle session stays within each tier's reach, with the tier's load cost."""
+    ttl = characteristic_time(p, tier_bounds([t.tokens for t in tiers], inclusive))
+    return tuple(TierTime(ttl_s=float(x), load_s_per_token=t.load_s_per_token) for x, t in zip(ttl, tiers, strict=True))
 
 
 def _hit(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
-         k: int) -> tuple[float, float]:
-    """Hit rate and characteristic time of ``d``'s tiers with ``k`` instances."""
-    tokens = spec.reach_tokens(deployment_tiers(model, d, w, spec))
+         k: int) -> tuple[float, tuple[TierTime, ...]]:
+    """Hit rate and tier times of ``d``'s tiers with ``k`` instances."""
+    tiers = deployment_tiers(model, d, w, spec)
     p = profile.at_rate(w.session_rate / k)
-    return float(hit_rate(p, tokens)[0]), float(characteristic_time(p, tokens)[0])
+    return float(hit_rate(p, spec.reach_tokens(tiers))[0]), tier_times(p, tiers, spec.inclusive)
 
 
 def _think(w: SessionWorkload):
@@ -200,12 +209,20 @@ def deployment_tiers(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: 
 
 def cache_report(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
                  iterations: int) -> CacheReport:
-    tiers = deployment_tiers(model, d, w, spec)
-    rate = w.session_rate / d.instances
-    p = profile.at_rate(rate)
+    return tiers_report(deployment_tiers(model, d, w, spec), w, spec, profile.at_rate(w.session_rate / d.instances),
+                        iterations)
+
+
+def tiers_report(tiers: list[Tier], w: SessionWorkload, spec: KVCacheSpec, p: ReuseProfile, iterations: int = 0,
+                 simulate: bool | None = None) -> CacheReport:
+    """Hit rate per tier of one instance's ``tiers`` under ``p`` (its session rate), the prefill the
+    whole deployment saves, the mean load time of hits, the replay's check (``simulate``, default
+    ``spec.simulate``) and the capacity ``spec.target_hit`` needs."""
+    rate = p.session_rate
     sizes = [t.tokens for t in tiers]
     per_tier = tier_hit_rates(p, sizes, spec.inclusive)
-    sim = simulated(w, rate, tier_bounds(sizes, spec.inclusive)) if spec.simulate else None
+    sim = simulated(w, rate, tier_bounds(sizes, spec.inclusive)) if (spec.simulate if simulate is None
+                                                                     else simulate) else None
     mean_prompt = p.prompt_tokens / p.turns
     target = None
     if spec.target_hit is not None:
@@ -276,15 +293,23 @@ def capacity_curve(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KV
                          sessions_per_s_per_instance=rate)
 
 
-def site_workload(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hardware: str, tp: int, ep: int,
-                  instances: int, weight_dtype, kv_dtype) -> SessionWorkload:
-    """``w`` with the hit rate of a fixed site (``instances`` of ``hardware``), for designs whose
-    pools are given rather than searched (PrfaaS). The running batch is not subtracted from HBM
-    (an optimistic cache size: the design sizes its decode batch itself)."""
-    hw = get_hardware(hardware)
-    dtypes = resolve_dtypes(model, weight_dtype, kv_dtype)
-    tiers = instance_tiers(model, hw, Layout.of(tp, ep if model.moe is not None else 1, 1), dtypes, spec.tiers,
-                           spec.platform or hw.name, 0.0, spec.capacity_per_accelerator)
+def pool_cache(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hw: HardwareProfile, lay: Layout,
+               dtypes: DTypes, instances: int, simulate: bool = False) -> tuple[SessionWorkload, CacheReport]:
+    """``w`` with the hit rate and per-tier times of a given pool of ``instances`` machines that
+    hold the prefix cache (a PrfaaS site, Splitwise's prompt pool or colocated baseline: designs
+    whose pools are given rather than searched), and its report. Sessions stick to one machine of
+    the pool (``lambda_s / instances`` each). The running batch is not subtracted from HBM: exact
+    for prompt machines (no decode batch), optimistic for pools that also decode."""
+    tiers = instance_tiers(model, hw, lay, dtypes, spec.tiers, spec.platform or hw.name, 0.0,
+                           spec.capacity_per_accelerator)
     p = ReuseProfile.of(w.stream(), w.session_rate, _think(w)).at_rate(w.session_rate / instances)
-    tokens = spec.reach_tokens(tiers)
-    return with_hits(w, float(hit_rate(p, tokens)[0]), float(characteristic_time(p, tokens)[0]))
+    out = with_hits(w, float(hit_rate(p, spec.reach_tokens(tiers))[0]), tier_times(p, tiers, spec.inclusive))
+    return out, tiers_report(tiers, out, spec, p, simulate=simulate)
+
+
+def site_cache(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hardware: str, tp: int, ep: int,
+               instances: int, weight_dtype, kv_dtype) -> tuple[SessionWorkload, CacheReport]:
+    """``pool_cache`` of a PrfaaS site given by name, TP/EP and dtypes."""
+    hw = get_hardware(hardware)
+    lay = Layout.of(tp, ep if model.moe is not None else 1, 1)
+    return pool_cache(model, w, spec, hw, lay, resolve_dtypes(model, weight_dtype, kv_dtype), instances)

@@ -10,10 +10,11 @@ from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
+from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.perf.power import apply_power_cap
-from planner.serving.batching import iteration
+from planner.serving.batching import Iteration, iteration
 from planner.serving.slo import PERCENTILES
 from planner.serving.workload import Workload, weighted_quantile
 
@@ -24,14 +25,27 @@ def machine_hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
 
 
 def prompt_service(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
-                   workload: Workload) -> tuple[np.ndarray, np.ndarray, float]:
+                   workload: Workload, cp: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
     """(prompt lengths at 48 quantiles, prefill seconds of each on one instance, mean device power
-    while prefilling) over the workload's prompt-length distribution (prefix hits skipped)."""
+    while prefilling) over the workload's prompt-length distribution (prefix hits skipped; a
+    session workload's hits per turn, those from slower KV tiers loading layer by layer under the
+    prefill, ``perf.kv_tiers.exposed_prefill_s``). ``cp > 1``: each prompt is prefilled over ``cp``
+    instances of ``lay`` (context parallelism, ``perf.context_parallel``)."""
     i, _, w = workload.joint_support()
-    pre_len = np.maximum(np.round(i * (1 - workload.prefix_hit)), 1)
-    support = weighted_quantile(pre_len, w, (np.arange(48) + 0.5) / 48)
+    pre_len = np.maximum(np.round(i * (1 - workload.support_hits())), 1)
+    q = (np.arange(48) + 0.5) / 48
+    support = weighted_quantile(pre_len, w, q)
     it = iteration(model, hw, lay, dtypes, 0.0, 16.0, support, support)
-    return support, it.time_s, float(np.mean(it.power_w))
+    if cp > 1:
+        from planner.perf.context_parallel import cp_prefill
+
+        it = Iteration(cp_prefill(model, hw, lay, dtypes, support, cp).time_s, it.power_w)
+    load = np.broadcast_to(np.asarray(workload.support_loads(), float), i.shape)
+    if not load.any():
+        return support, it.time_s, float(np.mean(it.power_w))
+    compute = np.interp(pre_len, support, it.time_s)       # each turn's prefill, from the support's
+    service = weighted_quantile(exposed_prefill_s(compute, load, model.num_layers), w, q)
+    return support, service, float(np.mean(it.power_w))
 
 
 def prompt_ttft(wait: np.ndarray, rho: np.ndarray, service_s: np.ndarray) -> dict[str, np.ndarray]:

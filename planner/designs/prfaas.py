@@ -30,6 +30,7 @@ from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
+from planner.designs.kv_cache import CacheReport
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token, state_bytes_per_sequence_device
@@ -124,6 +125,7 @@ class PrfaasResult(BaseModel):
     simulation: PrfaasSimCheck | None = None
     notes: list[str] = []
     certainty: dict | None = None      # sizes at P50 and at the scenario's confidence (planner.confidence)
+    cache: CacheReport | None = None   # a session workload's prefix cache at the local site, per tier
 
 
 def _state_bytes(model: ModelSpec, kv: DType) -> float:

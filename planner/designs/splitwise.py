@@ -25,15 +25,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
+from planner.designs.kv_cache import CacheReport, KVCacheSpec, pool_cache
 from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
 from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
-from planner.errors import InfeasibleError
+from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import at_rates, multi_server_wait, serving_curve
+from planner.serving.sessions import SessionWorkload
 from planner.serving.slo import PERCENTILES, SLO, Target
 from planner.serving.workload import LengthStats, Workload, length_stats
 
@@ -46,6 +48,8 @@ class Pool(Frozen):
     pp: int = Field(1, ge=1)
     count: int = Field(ge=1)
     power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
+    cp: int = Field(1, ge=1, description="prompt pools: a machine is cp instances of tp x pp devices that prefill "
+                    "each prompt together (context parallelism, ring attention; perf/context_parallel.py)")
 
 
 class Candidate(Frozen):
@@ -145,6 +149,18 @@ class PoolMetrics(BaseModel):
     tpot_s: dict[str, float]
     e2e_s: dict[str, float]
     binding: str
+    cache: CacheReport | None = None   # a session workload's prefix cache on the machines that prefill
+
+
+def with_pool_cache(model: ModelSpec, workload: Workload, kv_cache: KVCacheSpec | None, pool: Pool,
+                    hw: HardwareProfile, dtypes: DTypes) -> tuple[Workload, CacheReport | None]:
+    """A session workload with the hit rate of the KV tiers of ``pool``, the machines that prefill
+    (they hold the prefix cache; sessions stick to one of them): ``kv_cache.pool_cache``, as for a
+    PrfaaS site. Other workloads keep their given ``prefix_hit``."""
+    if not isinstance(workload, SessionWorkload):
+        return workload, None
+    lay = Layout.of(pool.tp, 1, pool.pp)
+    return pool_cache(model, workload, kv_cache or KVCacheSpec(), hw, lay, dtypes, pool.count * pool.cp)
 
 
 def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
@@ -193,10 +209,13 @@ def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tu
 
 
 def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: SLO, engine: Engine,
-                       dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float]) -> PoolMetrics:
+                       dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float],
+                       kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
     hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
     lay = Layout.of(b.pool.tp, 1, b.pool.pp)
     check_layout(model, lay)
+    _no_cp(b.pool, f"baseline {b.name}")
+    workload, cache = with_pool_cache(model, workload, kv_cache, b.pool, hw, dtypes)
     stats = length_stats(workload)
     c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
     upper = float(np.nanmax(np.where(c.rho < 1, c.rate, np.nan))) * b.pool.count
@@ -210,11 +229,17 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
     rate, i, binding = _max_rate(rates, ok, named, [])
     watts = b.pool.count * _devices(b.pool) * float(at_rates(c, c.power_w, rate / b.pool.count)) if i >= 0 else np.nan
     return _metrics(b.name, "colocated", f"{b.pool.count} x {hw.name} tp{b.pool.tp}", b.pool.count * _devices(b.pool),
-                    rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw), watts)
+                    rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw), watts
+                    ).model_copy(update={"cache": cache})
 
 
 def _devices(p: Pool) -> int:
-    return p.tp * p.pp
+    return p.tp * p.pp * p.cp
+
+
+def _no_cp(p: Pool, role: str) -> None:
+    if p.cp != 1:
+        raise InputError(f"cp applies to prompt pools only (context-parallel prefill); the {role} has cp={p.cp}")
 
 
 def _usd(p: Pool, hw: HardwareProfile, usd_per_h: dict[str, float]) -> float:
@@ -257,14 +282,19 @@ def _link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) ->
 
 
 def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
-                       engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float]) -> PoolMetrics:
-    stats = length_stats(workload)
+                       engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float],
+                       kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
     php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
     thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
+    workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
+    stats = length_stats(workload)
     play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
     check_layout(model, play)
     check_layout(model, tlay)
-    support, s, pre_w = prompt_service(model, php, play, dtypes, workload)
+    _no_cp(d.token, f"token pool of {d.name}")
+    if spec.mixed_pool:
+        _no_cp(d.prompt, f"mixed pool of {d.name}")
+    support, s, pre_w = prompt_service(model, php, play, dtypes, workload, d.prompt.cp)
     i, o, w = workload.joint_support()
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
     es, es2 = float(s.mean()), float((s**2).mean())
@@ -312,7 +342,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
         p_idle = php.power.idle.value
         watts = (d.prompt.count * _devices(d.prompt) * (p_idle + float(rho[idx]) * (pre_w - p_idle))
                  + d.token.count * _devices(d.token) * float(at_rates(c, c.power_w, rate / d.token.count)))
-    machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp} (prompt) + {d.token.count} x {thw.name} "
+    cp = f" cp{d.prompt.cp}" if d.prompt.cp > 1 else ""
+    machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp}{cp} (prompt) + {d.token.count} x {thw.name} "
                 f"tp{d.token.tp} (token)")
     acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
@@ -323,7 +354,7 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
 
         row = evaluate_mixed(model, d, spec.model_copy(update={"mixed_pool": False}), workload, slo, engine, dtypes,
                              usd_per_h, row)[0]
-    return row
+    return row.model_copy(update={"cache": cache})
 
 
 class SplitwiseResult(BaseModel):
@@ -340,22 +371,24 @@ class SplitwiseResult(BaseModel):
 
 
 def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
-                   usd_per_h: dict[str, float], name: str) -> SplitwiseResult:
+                   usd_per_h: dict[str, float], name: str, kv_cache: KVCacheSpec | None = None) -> SplitwiseResult:
+    """Every baseline and design at its largest SLO-meeting rate; a session workload's hit rate is
+    each row's own, from the KV tiers of its prefilling machines at the workload's session rate."""
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     stats = length_stats(workload)
     if spec.slowdown_slo is not None:
         slo = slowdown_slo(model, spec.slowdown_slo, stats, dtypes, spec.framework)
-    rows = [evaluate_colocated(model, b, workload, slo, engine, dtypes, spec.framework, usd_per_h)
+    rows = [evaluate_colocated(model, b, workload, slo, engine, dtypes, spec.framework, usd_per_h, kv_cache)
             for b in spec.baselines]
     designs = list(spec.designs)
     verdicts, front = [], []
     if spec.search is not None:
         from planner.designs.splitwise_search import search_splits
 
-        found, verdicts, front = search_splits(model, spec, workload, slo, engine, dtypes, usd_per_h, rows)
+        found, verdicts, front = search_splits(model, spec, workload, slo, engine, dtypes, usd_per_h, rows, kv_cache)
         designs += found
-    rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h) for d in designs]
+    rows += [evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h, kv_cache) for d in designs]
     ratios = []
     for d in rows[len(spec.baselines):]:
         for b in rows[:len(spec.baselines)]:
@@ -380,15 +413,19 @@ class SplitwiseSimCheck(BaseModel):
 
 
 def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
-                    engine: Engine, rate: float, requests: int, seed: int) -> SplitwiseSimCheck:
+                    engine: Engine, rate: float, requests: int, seed: int,
+                    kv_cache: KVCacheSpec | None = None) -> SplitwiseSimCheck:
     """Run the discrete-event simulator on design ``d`` at ``rate`` requests/s: JSQ on pending
     tokens over the prompt and the token machines; with ``spec.mixed_pool`` the machines take the
     roles the analytic mixed pool settles on (planner.designs.mixed_pool)."""
     from planner.serving.simulate_pools import Machine, simulate_pools
     from planner.serving.slo import judge
 
+    _no_cp(d.prompt, "simulated prompt pool (the simulator does not model context parallelism)")
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
+    workload = with_pool_cache(model, workload, kv_cache, d.prompt,
+                               machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap), dtypes)[0]
     pools, prompt_n, token_n, mixed_n, share = _sim_roles(model, d, spec, workload, slo, engine, dtypes)
     hws = [machine_hw(p.hardware, spec.framework, p.power_cap) for p in pools]
     lays = [Layout.of(p.tp, 1, p.pp) for p in pools]
@@ -400,10 +437,11 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
         pair = d.model_copy(update={"prompt": pools[kp], "token": pools[kt]})
         return kv_transfer_s(model, spec, hws[kp], hws[kt], pair, tokens, prefill_s, kv)[0]
 
-    a, i, o = workload.with_rate(rate).sample(requests, seed)
+    w = workload.with_rate(rate)
+    a, i, o = w.sample(requests, seed)
     r = simulate_pools(model, dtypes, engine.model_copy(update={"chunked_prefill": True}), a, i, o, transfer,
                        machines(prompt_n), machines(token_n), machines(mixed_n), share, engine,
-                       prefix_hit=workload.prefix_hit, seed=seed)
+                       prefix_hit=w.sample_cache(requests, seed)[0], seed=seed)
     measured, _, bad = judge(slo, r.ttft_s, r.tpot_s, r.e2e_s, r.output_len)
     return SplitwiseSimCheck(name=d.name, rate=rate, requests=requests, ttft_s=measured["ttft_s"],
                              tpot_s=measured["tpot_s"], e2e_s=measured["e2e_s"], requests_per_s=r.requests_per_s,

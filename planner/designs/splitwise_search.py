@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.catalog.model import ModelSpec
+from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.pool_physics import machine_hw
 from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, evaluate_splitwise
 from planner.errors import InfeasibleError, InputError
@@ -19,8 +20,8 @@ from planner.serving.workload import Workload
 
 
 def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
-                  dtypes: DTypes, usd_per_h: dict[str, float], baselines: list[PoolMetrics]
-                  ) -> tuple[list[Candidate], list[str], list[dict]]:
+                  dtypes: DTypes, usd_per_h: dict[str, float], baselines: list[PoolMetrics],
+                  kv_cache: KVCacheSpec | None = None) -> tuple[list[Candidate], list[str], list[dict]]:
     """Best (prompt, token) machine counts per hardware pair within the budget.
 
     The prompt pool's SLO-meeting capacity depends only on its count and the token pool's only on
@@ -35,7 +36,7 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
             for tp_p in sr.tp:
                 for tp_t in sr.tp:
                     best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw,
-                                            token_hw, cap, sr, limits, tp_p, tp_t)
+                                            token_hw, cap, sr, limits, tp_p, tp_t, kv_cache)
                     points += pts
                     if best is not None:
                         found.append(best)
@@ -43,7 +44,8 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
         verdicts.append("no split of the searched pairs within the budget meets the SLOs")
     best_base = max(baselines, key=lambda b: b.max_rate, default=None)
     if best_base is not None and found:
-        evals = [(evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h), d) for d in found]
+        evals = [(evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h, kv_cache), d)
+                 for d in found]
         top, d = max(evals, key=lambda e: e[0].max_rate)
         ratio = top.max_rate / best_base.max_rate if best_base.max_rate > 0 else float("inf")
         if ratio > 1.0:
@@ -84,7 +86,7 @@ def _units(kind: str, usd_per_h: dict[str, float]):
 
 
 def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limits,
-                tp_p, tp_t):
+                tp_p, tp_t, kv_cache=None):
     """The best split of one (prompt, token) hardware pair and TP within every budget in ``limits``."""
     php, thw = machine_hw(prompt_hw, spec.framework), machine_hw(token_hw, spec.framework, cap)
     spec = spec.model_copy(update={"mixed_pool": False})     # pool capacities of fixed pools
@@ -107,10 +109,10 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
     prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
         "prompt": probe.prompt.model_copy(update={"count": n}),
         "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-        usd_per_h).max_rate for n in range(1, max_p + 1)])
+        usd_per_h, kv_cache).max_rate for n in range(1, max_p + 1)])
     token_one = evaluate_splitwise(model, probe.model_copy(update={
         "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-        usd_per_h).max_rate
+        usd_per_h, kv_cache).max_rate
     best, best_rate = None, 0.0
     if sr.objective == "min_budget":       # cheapest split (in the budget's unit) that serves target_rate
         if sr.target_rate is None:

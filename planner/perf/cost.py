@@ -56,7 +56,9 @@ class PriceQuote(Frozen):
 
 class CostModel(Frozen):
     """``rent``: $/accelerator-hour, energy included. ``own``: ``purchase_usd / lifetime`` +
-    ``power x PUE x usd_per_kwh``. See the module docstring for where each price comes from."""
+    ``(power + platform share) x PUE x usd_per_kwh``, where the platform share is the profile's
+    ``power.platform`` (host, NICs, fans per device). See the module docstring for where each price
+    comes from."""
 
     mode: CostMode = CostMode.rent
     purchase: Purchase | None = Field(None, description="purchase model priced from hardware_profiles/prices.yaml")
@@ -86,7 +88,8 @@ class CostModel(Frozen):
         return self.mode is CostMode.own or self.purchase is Purchase.own
 
     def quote(self, hw: HardwareProfile, avg_power_w: float = 0.0) -> PriceQuote:
-        """The $/device-hour of ``hw`` and where it comes from (ownership: at ``avg_power_w``)."""
+        """The $/device-hour of ``hw`` and where it comes from (ownership: at ``avg_power_w`` of
+        device draw, plus the profile's platform share)."""
         return self._own(hw, avg_power_w) if self.owned else self._rent(hw)
 
     def usd_per_device_hour(self, hw: HardwareProfile, avg_power_w: float = 0.0) -> float:
@@ -126,9 +129,11 @@ class CostModel(Frozen):
         else:
             row = price_table().own_row(hw.name)
             capex, date, source = row.purchase_usd, row.date, row.source
-        usd_h = capex / (self.lifetime_years * HOURS_PER_YEAR) + avg_power_w * self.pue / 1000.0 * self.usd_per_kwh
+        watts = avg_power_w + hw.platform_w
+        usd_h = capex / (self.lifetime_years * HOURS_PER_YEAR) + watts * self.pue / 1000.0 * self.usd_per_kwh
+        host = f" (device {avg_power_w:.0f} + platform {hw.platform_w:.0f})" if hw.platform_w else ""
         return PriceQuote(hardware=hw.name, usd_per_h=usd_h, purchase="own", date=date, source=source,
-                          note=f"${capex:,.0f} over {self.lifetime_years:g} y + {avg_power_w:.0f} W x PUE "
+                          note=f"${capex:,.0f} over {self.lifetime_years:g} y + {watts:.0f} W{host} x PUE "
                                f"{self.pue:g} at ${self.usd_per_kwh:g}/kWh")
 
 

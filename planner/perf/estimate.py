@@ -164,6 +164,7 @@ class Estimate(Banded):
     kv_dtype: str
     mtp_tokens: int = 0
     mtp_acceptance: float = 0.0
+    cp: int = 1                       # prefill context-parallel over cp instances (ring attention)
     ttft_s: float
     tpot_s: float
     e2e_s: float
@@ -196,13 +197,18 @@ def _positive_int(name: str, value) -> int:
 def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1,
              ep: int = 1, batch: int = 1, input_len: int, output_len: int,
              weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
-             mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None) -> Estimate:
+             mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None,
+             cp: int = 1) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
     draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
     names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
-    unless ``hardware`` is a profile a framework was already applied to)."""
+    unless ``hardware`` is a profile a framework was already applied to); ``cp`` splits the
+    prefill over that many instances of the layout (context parallelism, ring attention:
+    ``perf.context_parallel``), which the accelerator count and price include; TPOT and memory
+    stay one instance's (the decode runs on one of them)."""
     m, hw = get_model(model), with_framework(get_hardware(hardware), framework)
-    tp, pp, ep, batch = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch)))
+    tp, pp, ep, batch, cp = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch),
+                                                               ("cp", cp)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
     check_context(m, input_len + output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
@@ -212,8 +218,11 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes, spec)
     f = _first
     ttft, tpot = f(r.ttft_s), f(r.tpot_s)
+    prefill = _phase(r.prefill, ttft)
+    if cp > 1:
+        ttft, prefill = _cp_ttft(m, hw, lay, dtypes, batch, input_len, cp)
     e2e = ttft + (output_len - 1) * tpot
-    devices = int(np.ravel(lay.devices)[0])
+    devices = int(np.ravel(lay.devices)[0]) * cp
     mem = r.memory
     fits = bool(np.ravel(mem.fits)[0])
     usd = devices * hw.price.rent.value if hw.price.rent else None
@@ -225,17 +234,30 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
-        ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
+        cp=cp, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
         total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,
         memory=MemoryEstimate(
             capacity_bytes=f(mem.capacity), reserved_bytes=f(mem.reserved), weights_bytes=f(mem.weights),
             kv_cache_bytes=f(mem.kv_cache), workspace_bytes=f(mem.workspace), used_bytes=f(mem.used),
             max_batch=int(f(mem.max_batch))),
-        prefill=_phase(r.prefill, ttft), decode=_phase(r.decode, tpot),
+        prefill=prefill, decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
         infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
         **band_fields(hw.vendor, hw.framework, bounds, ttft, tpot, out_tps),
     )
+
+
+def _cp_ttft(m: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, batch: int, input_len: int,
+             cp: int) -> tuple[float, PhaseEstimate]:
+    """TTFT of ``batch`` prompts prefilled over ``cp`` context-parallel ranks (one step on each),
+    and the prefill phase of one rank (its comm time includes the ring's exposed part)."""
+    from planner.perf.context_parallel import cp_prefill
+
+    c = cp_prefill(m, hw, lay, dtypes, input_len, cp, batch)
+    ttft = _first(c.time_s + (lay.pp - 1) * _pipeline_p2p(hw, m, lay, batch * input_len / cp, dtypes)
+                  + hw.efficiency.request_overhead.value)
+    phase = _phase(c.step, ttft)
+    return ttft, phase.model_copy(update={"comm_s": phase.comm_s + _first(c.exposed_ring_s)})
 
 
 def phase_bounds(prefill: StepTime, decode: StepTime, prefill_s: float, decode_s: float) -> dict[str, str]:

@@ -67,3 +67,16 @@ def instance_tiers(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: D
         size = (bytes_per_accelerator or {}).get(name, fig.bytes_per_accelerator(int(plat.accelerators_per_node.value)))
         out.append(Tier(name, size / per_token * dp, per_token / fig.load_bytes_per_s, size))
     return out
+
+
+def exposed_prefill_s(compute_s, load_s, layers: int):
+    """Prefill time of a request whose cached prefix loads from a slower tier layer by layer while
+    the forward pass runs (vLLM's KV connector: ``start_load_kv`` before the forward,
+    ``wait_for_layer_load`` in each attention layer; LMCache and vLLM-Ascend's layer-wise mode;
+    Mooncake's layer-wise transfer): layer ``l + 1`` loads while layer ``l`` computes, a two-stage
+    pipeline over ``layers`` equal layers of ``c = compute_s / layers`` and ``d = load_s / layers``,
+    which takes ``d + (layers - 1) max(c, d) + c = max(C, D) + min(C, D) / layers``: the longer of
+    the two plus one layer of the shorter. With nothing to load it is ``compute_s`` exactly.
+    Arrays broadcast."""
+    c, d = np.asarray(compute_s, float), np.asarray(load_s, float)
+    return np.maximum(c, d) + np.minimum(c, d) / layers

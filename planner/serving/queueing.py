@@ -15,7 +15,8 @@ candidate), which gives everything else explicitly, with no inner solve:
 * TTFT: prefill is a single server of ``mu`` tokens/s (the iteration budget left by decodes,
   packed with queued prompts); a request's own prompt then runs at the pace of a prompt-sized
   chunk; the wait follows Kingman's G/G/1 approximation ``E[W] = rho/(1-rho) (ca^2 + cs^2)/2 E[S]``
-  with an exponential tail beyond the probability ``rho`` of waiting;
+  with an exponential tail beyond the probability ``rho`` of waiting; hits from slower KV tiers
+  load layer by layer under the prompt's compute (``perf.kv_tiers.exposed_prefill_s``);
 * TPOT percentiles: normal, with the variance of the decode batch (~Poisson(n), M/G/inf, scaled
   by the arrival burstiness ``ca^2``) plus that of the prompt lumps landing in a request's gaps;
 * limits: KV-cache memory (``n`` sequences at their length-biased mean context, or at their full
@@ -36,6 +37,7 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.normal import cdf as ndtr
 from planner.normal import ppf as ndtri
+from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
@@ -193,14 +195,18 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
                 + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
     sd_tpot = np.sqrt(var_tpot)
     t_iter = t_iter + hw.efficiency.request_overhead.value   # host time per request (tokenize, admit)
-    ttft = {"mean": wait + I * own + t_iter}
+    # a request's own prompt, with its hits from slower KV tiers loading layer by layer alongside
+    # (the mean pairs the means, each percentile the percentiles, as the other TTFT terms add up)
+    layers = model.num_layers
+    ttft = {"mean": wait + exposed_prefill_s(I * own, stats.mean_load_s, layers) + t_iter}
     tpot_q = {"mean": tpot}
     e2e = {}
-    for k, (pq, oq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles, strict=True), strict=True):
+    for k, (pq, oq, lq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles,
+                                                 stats.load_quantiles, strict=True), strict=True):
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
-        ttft[k] = w_q + pq * own + t_iter
+        ttft[k] = w_q + exposed_prefill_s(pq * own, lq, layers) + t_iter
         tpot_q[k] = tpot + _Z[k] * sd_tpot
         # the median request: median TTFT and median output; tails: mean TTFT plus the output tail
         e2e[k] = (ttft[k] if k == "p50" else ttft["mean"]) + (oq - 1) * tpot_q[k]

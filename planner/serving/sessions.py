@@ -131,7 +131,7 @@ class Sessions(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _preset(cls, v: Any) -> Any:
-        if isinstance(v, dict) and v.get("preset") is not None:
+        if isinstance(v, dict) and isinstance(v.get("preset"), str):   # other types: the field's type error
             presets = session_presets()
             if v["preset"] not in presets:
                 raise ValueError(str(unknown_name("session preset", v["preset"], sorted(presets))))
@@ -235,14 +235,24 @@ def session_presets() -> dict[str, dict]:
     return data
 
 
+class TierTime(Frozen):
+    """One KV tier as the turns see it: an idle session's history is within the tier's cumulative
+    reach for ``ttl_s`` after its last turn; a hit from it loads at ``load_s_per_token``."""
+
+    ttl_s: float = Field(ge=0)
+    load_s_per_token: float = Field(0.0, ge=0)
+
+
 class SessionWorkload(Workload):
     """A ``Workload`` whose requests are the turns of sessions. ``rate`` is turns (requests) per
     second; sessions start at ``rate / E[turns]``. ``prefix_hit`` is set by the KV-cache model
     (``planner.serving.prefix_cache``) for a deployment; until then it is what the scenario says."""
 
     sessions: Sessions
-    cache_ttl_s: float | None = Field(None, ge=0, description="set by the planner: how long an idle session's KV "
-                                      "stays cached (Che's characteristic time); gives each turn its own hit")
+    cache_tiers: tuple[TierTime, ...] = Field((), description="set by the planner, fastest tier first: how "
+                                              "long an idle session's KV stays within each tier's reach (Che's "
+                                              "characteristic time) and what a hit from it costs to load; gives "
+                                              "each turn its own hit and load")
 
     @model_validator(mode="after")
     def _check(self) -> SessionWorkload:
@@ -283,24 +293,54 @@ class SessionWorkload(Workload):
                             prefix_hit=self.prefix_hit)
         return None
 
+    @property
+    def cache_ttl_s(self) -> float | None:
+        """How long an idle session's KV stays cached anywhere (the slowest tier's reach)."""
+        return self.cache_tiers[-1].ttl_s if self.cache_tiers else None
+
     def support_hits(self):
         """Each turn's expected hit fraction when the cache keeps an idle session ``cache_ttl_s``:
         the system prompt plus, if the gap since the session's previous turn was shorter, its
         history (the turn-level form of ``prefix_cache.hit_rate``); else ``prefix_hit`` for all."""
-        if self.cache_ttl_s is None or self.independent() is not None:
+        if not self.cache_tiers or self.independent() is not None:
             return self.prefix_hit
         s = self.stream()
-        first = s.reuse <= s.system_prompt
-        if self.sessions.trace is None:
-            kept = float(self.sessions.think.cdf(np.array([self.cache_ttl_s]))[0])
+        return self._turn_cache(s, self._tier_shares(s, self.sessions.trace is None))[0]
+
+    def support_loads(self):
+        """Each turn's expected time to load its history from the tier its gap reaches (0 in HBM)."""
+        if not self.cache_tiers or self.independent() is not None:
+            return 0.0
+        s = self.stream()
+        return self._turn_cache(s, self._tier_shares(s, self.sessions.trace is None))[1]
+
+    def sample_cache(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hit fraction, tier load seconds) of each turn of ``sample(n, seed)``, drawn: a turn finds
+        its history in the tier its own gap since the session's previous turn reaches (Che's
+        characteristic times), so cold first turns and expired sessions keep their full prefill."""
+        if not self.cache_tiers or self.independent() is not None:
+            return super().sample_cache(n, seed)
+        s, idx = self._sample_stream(n, seed)
+        hit, load = self._turn_cache(s, self._tier_shares(s, expected=False))
+        return hit[idx], load[idx]
+
+    def _tier_shares(self, s: SessionStream, expected: bool) -> np.ndarray:
+        """(tiers, turns): the chance each tier serves a turn's history. ``expected``: over the gap
+        distribution (smooth, for the analytic moments); else by the turn's own gap."""
+        ttl = np.array([t.ttl_s for t in self.cache_tiers])
+        if expected:
+            reach = np.repeat(self.sessions.think.cdf(ttl)[:, None], len(s.session), axis=1)
         else:
-            gap_prev = np.full(len(s.session), np.inf)
-            idx = np.flatnonzero(np.isfinite(s.gap_next_s))
-            nxt = _next_turn_index(s)
-            gap_prev[nxt[idx]] = s.gap_next_s[idx]
-            kept = gap_prev < self.cache_ttl_s
-        hits = np.minimum(s.reuse, s.system_prompt) + np.where(first, 0.0, (s.reuse - s.system_prompt) * kept)
-        return np.minimum(hits / s.input_len, 0.999)
+            reach = (_gap_before(s)[None, :] < ttl[:, None]).astype(float)
+        return np.diff(np.concatenate([np.zeros((1, reach.shape[1])), reach]), axis=0)
+
+    def _turn_cache(self, s: SessionStream, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(hit fraction, load seconds) per turn: the system prompt (always in HBM, the hottest
+        blocks) plus the history each tier serves; first turns have no history."""
+        history = np.where(s.reuse <= s.system_prompt, 0.0, s.reuse - s.system_prompt)
+        per_token = np.array([t.load_s_per_token for t in self.cache_tiers])
+        hits = np.minimum(s.reuse, s.system_prompt) + history * shares.sum(axis=0)
+        return np.minimum(hits / s.input_len, 0.999), history * (per_token @ shares)
 
     def joint_support(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The turns of ``SUPPORT_SESSIONS`` sessions (fixed seed), equally weighted."""
@@ -313,11 +353,22 @@ class SessionWorkload(Workload):
         """``n`` turns in arrival order (sessions drawn until there are enough)."""
         if (w := self.independent()) is not None:
             return w.sample(n, seed)
+        s, idx = self._sample_stream(n, seed)
+        return s.arrival_s[idx] - s.arrival_s[0], s.input_len[idx], s.output_len[idx]
+
+    def _sample_stream(self, n: int, seed: int) -> tuple[SessionStream, np.ndarray]:
         s = self.stream(n_sessions=max(1, int(np.ceil(n / self.mean_turns * 1.2)) + 10), seed=seed)
         while len(s.arrival_s) < n and self.sessions.trace is None:
             s = self.stream(n_sessions=2 * len(np.unique(s.session)), seed=seed)
-        idx = np.arange(n) % len(s.arrival_s)
-        return s.arrival_s[idx] - s.arrival_s[0], s.input_len[idx], s.output_len[idx]
+        return s, np.arange(n) % len(s.arrival_s)
+
+
+def _gap_before(s: SessionStream) -> np.ndarray:
+    """Seconds since the session's previous turn (inf for first turns)."""
+    gap = np.full(len(s.session), np.inf)
+    idx = np.flatnonzero(np.isfinite(s.gap_next_s))
+    gap[_next_turn_index(s)[idx]] = s.gap_next_s[idx]
+    return gap
 
 
 def _next_turn_index(s: SessionStream) -> np.ndarray:

@@ -150,11 +150,14 @@ def batch_append(run_id, run_left, run_ctx, run_gen, n_run: int, r: int, left: f
 
 def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int, max_seqs: int, chunked: bool,
              reserve_all: bool, verify: int, tps: float, kv_free: float, per_tok: float, state: float,
-             axes, geo, t_grid, w_grid, ttft, done):
+             axes, geo, t_grid, w_grid, to_load, layers: int, ttft, done):
     """Iteration loop of one instance over its requests (arrival order): fills ``ttft`` and ``done``
     (local, NaN on entry); returns (energy J per device, preemptions, iterations, end time s,
-    status). The waiting queue is a ring buffer (preempted requests go to its front); the running
-    batch is three arrays in admission order (the newest is preempted first)."""
+    status). ``to_load``: seconds to load each request's hits from slower KV tiers, layer by layer
+    in the iteration of its first chunk, which takes the longer of compute and load plus one layer
+    of the shorter (``perf.kv_tiers.exposed_prefill_s``); zeroed once paid. The waiting queue is a
+    ring buffer (preempted requests go to its front); the running batch is arrays in admission
+    order (the newest is preempted first)."""
     n = len(arr)
     cap = max(n, 1)
     wq = np.empty(cap, np.int64)               # waiting queue (ring): wq[(head + p) % cap]
@@ -223,6 +226,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             p_tokens += take
             budget -= take
             seqs += 1
+        loading = 0.0
+        for q in range(n_ch):
+            loading += to_load[ch_id[q]]
         if p_tokens == 0 and n_dec == 0:
             if nxt >= n:
                 return energy, preemptions, iters, now, STALLED
@@ -241,6 +247,10 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 if steps > 1:
                     tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean + (steps - 1) * tps / 2,
                                         0.0)
+        if loading > 0:
+            tau = max(tau, loading) + min(tau, loading) / layers
+            for q in range(n_ch):
+                to_load[ch_id[q]] = 0.0
         now += tau * steps
         energy += tau * steps * watts
         iters += steps

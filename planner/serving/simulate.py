@@ -25,6 +25,7 @@ import numpy as np
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
+from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
@@ -128,8 +129,10 @@ def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
 
 def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
              arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, *, instances: int = 1,
-             prefix_hit: float = 0.0, seed: int = 0, warmup_frac: float = 0.1) -> SimResult:
-    """Simulate ``instances`` identical instances serving the given requests."""
+             prefix_hit: float | np.ndarray = 0.0, seed: int = 0, warmup_frac: float = 0.1,
+             load_s: np.ndarray | None = None) -> SimResult:
+    """Simulate ``instances`` identical instances serving the given requests; ``prefix_hit`` and
+    ``load_s`` (seconds to load its hits from slower KV tiers) may be given per request."""
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes)
@@ -150,7 +153,8 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     for k in range(instances):
         ids = by_route[bounds[k]:bounds[k + 1]]
         e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
-                                         free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]))
+                                         free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]),
+                                         load_s=load_s, layers=model.num_layers)
         energy += e * devices
         preempt += pr
         iters += it
@@ -166,7 +170,8 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
 
 
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
-                  kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False):
+                  kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
+                  load_s: np.ndarray | None = None, layers: int = 1):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
     arrival) and returns (energy J per device, preemptions, iterations, end time s). Runs the
     compiled kernel (``sim_kernel.instance``) or the reference loop below, as
@@ -176,15 +181,17 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     run = sim_kernel.kernel("instance", engine.simulator)
     if run is None:
         return _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine, table, kv_free,
-                                    per_tok, state, ttft, done, dp, prefilled)
+                                    per_tok, state, ttft, done, dp, prefilled, load_s, layers)
     t_local, d_local = ttft[ids].astype(float), done[ids].astype(float)     # copies, written back below
-    need = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
+    hit = np.broadcast_to(np.asarray(prefix_hit, float), input_len.shape)[ids]
+    need = np.maximum(np.round(input_len[ids] * (1 - hit)), 1).astype(np.int64)
+    to_load = np.zeros(len(ids)) if load_s is None else np.asarray(load_s, float)[ids]
     energy, preempt, iters, end, status = run(
         np.ascontiguousarray(arrival_s[ids], dtype=float), need, input_len[ids].astype(np.int64),
         output_len[ids].astype(np.int64), prefilled, engine.max_batched_tokens * dp, engine.max_num_seqs * dp,
         engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
         float(engine.speculation.tokens_per_step), float(kv_free), float(per_tok), float(state), table.axes_grid,
-        table.geo, table.t_grid, table.w_grid, t_local, d_local)
+        table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local)
     if status == sim_kernel.STALLED:
         raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
     ttft[ids], done[ids] = t_local, d_local
@@ -192,18 +199,23 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
 
 
 def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
-                         kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False):
+                         kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
+                         load_s: np.ndarray | None = None, layers: int = 1):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
     arrival). With ``dp`` attention replicas the engine limits scale by ``dp`` (replicas pooled).
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
-    machine) and join the decode batch once their KV fits; preempted ones are recomputed here."""
+    machine) and join the decode batch once their KV fits; preempted ones are recomputed here.
+    ``load_s``: per request, the load of its hits from slower KV tiers, layer by layer in the
+    iteration that starts its prompt (``exposed_prefill_s``: the iteration waits for it)."""
     budget_total, max_seqs, chunked = engine.max_batched_tokens * dp, engine.max_num_seqs * dp, engine.chunked_prefill
     reserve_all = engine.kv_reservation == "full_length"
     # with speculative decoding a decoding sequence verifies 1 + k tokens per iteration and gains
     # tps of them on average (progress is tracked in expectation: token counts are floats)
     verify, tps = 1 + engine.mtp_tokens, engine.speculation.tokens_per_step
     arr = arrival_s[ids]
-    need_prefill = np.maximum(np.round(input_len[ids] * (1 - prefix_hit)), 1).astype(np.int64)
+    hit = np.broadcast_to(np.asarray(prefix_hit, float), input_len.shape)[ids]
+    need_prefill = np.maximum(np.round(input_len[ids] * (1 - hit)), 1).astype(np.int64)
+    to_load = None if load_s is None else np.asarray(load_s, float)[ids].tolist()
     full_in = input_len[ids].astype(np.int64)
     out = output_len[ids].astype(np.int64)
     waiting: deque[int] = deque()          # local indices, FCFS; preempted go to the front
@@ -267,6 +279,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             budget -= take
             seqs += 1
         p_tokens = sum(t for _, t in chunk)
+        loading = 0.0 if to_load is None else sum(to_load[r] for r, _ in chunk)   # once, by a first chunk
         if p_tokens == 0 and n_dec == 0:
             if nxt >= n_total:
                 raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
@@ -289,6 +302,10 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 steps = max(1, min(horizon, room))
                 if steps > 1:
                     tau, watts = table(n_dec, ctx_mean + (steps - 1) * tps / 2, 0)
+        if loading > 0:
+            tau = float(exposed_prefill_s(tau, loading, layers))
+            for r, _ in chunk:
+                to_load[r] = 0.0
         now += tau * steps
         energy += tau * steps * watts
         iters += steps

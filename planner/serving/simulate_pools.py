@@ -110,15 +110,18 @@ def jsq_token(ready_s: np.ndarray, output_tokens: np.ndarray, step_s: np.ndarray
 def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: np.ndarray, input_len: np.ndarray,
                    output_len: np.ndarray, transfer_s, prompt: list[Machine], token: list[Machine],
                    mixed: list[Machine] = (), mixed_share: float = 0.0, mixed_engine: Engine | None = None, *,
-                   prefix_hit: float = 0.0, seed: int = 0, warmup_frac: float = 0.1) -> SimResult:
-    """Simulate prompt, token and mixed machines. ``transfer_s(prompt_kind, token_kind, tokens,
-    prefill_s)`` is the exposed KV-transfer delay of a pair; ``engine`` runs the token machines
-    (decode-only), ``mixed_engine`` the mixed ones (both phases; default ``engine``)."""
+                   prefix_hit: float | np.ndarray = 0.0, seed: int = 0, warmup_frac: float = 0.1) -> SimResult:
+    """Simulate prompt, token and mixed machines (``prefix_hit``: one figure, or per request).
+    ``transfer_s(prompt_kind, token_kind, tokens, prefill_s)`` is the exposed KV-transfer delay of
+    a pair; ``engine`` runs the token machines (decode-only), ``mixed_engine`` the mixed ones (both
+    phases; default ``engine``)."""
     if not prompt or not token:
         raise InfeasibleError("a Splitwise design needs at least one prompt and one token machine")
+    prefix_hit = np.broadcast_to(np.asarray(prefix_hit, float), np.shape(arrival_s))
     if np.any(arrival_s[1:] < arrival_s[:-1]):
         order = np.argsort(arrival_s, kind="stable")
         arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
+        prefix_hit = prefix_hit[order]
     n = len(arrival_s)
     rng = np.random.default_rng(seed)
     to_mixed = (rng.random(n) < mixed_share) if mixed else np.zeros(n, dtype=bool)
@@ -157,7 +160,7 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     """Prompt machines (JSQ on pending prompt tokens), KV transfer, token machines (JSQ on
     pending decode tokens); fills ``ttft``, ``first`` and ``done`` for ``ids``."""
     a, i, o = arrival_s[ids], input_len[ids], output_len[ids]
-    pre = np.maximum(np.round(i * (1 - prefix_hit)), 1)
+    pre = np.maximum(np.round(i * (1 - prefix_hit[ids])), 1)
     uniq, inv = unique_lengths(pre)
     pkinds = _kinds(prompt)
     service = np.zeros((max(pkinds) + 1, len(ids)))

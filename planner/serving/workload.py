@@ -166,6 +166,15 @@ class Workload(Frozen):
         """Prefix-hit fraction of each request of ``joint_support`` (one figure for all here)."""
         return self.prefix_hit
 
+    def support_loads(self):
+        """Seconds each request of ``joint_support`` spends loading its hits from slower KV tiers
+        (none here: hits are in HBM)."""
+        return 0.0
+
+    def sample_cache(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """(prefix-hit fraction, tier load seconds) of each of the ``n`` requests of ``sample(n, seed)``."""
+        return np.full(n, self.prefix_hit), np.zeros(n)
+
     def joint_support(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(input lengths, output lengths, probabilities) of the request mix."""
         t = self._trace()
@@ -233,6 +242,8 @@ class LengthStats(Frozen):
     output_quantiles: tuple[float, float, float]
     mean_prompt_len: float      # prompt length a prefill token belongs to (token-weighted)
     mean_inv_decode: float      # E[1 / (O - 1)] over requests with O > 1 (TPOT averages over O - 1 gaps)
+    mean_load_s: float = 0.0    # time to load a request's hits from slower KV tiers (before overlap)
+    load_quantiles: tuple[float, float, float] = (0.0, 0.0, 0.0)   # its P50, P90, P99
 
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -247,12 +258,15 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q) -> np.ndarray:
 
 def length_stats(w: Workload) -> LengthStats:
     i, o, p = w.joint_support()
-    return length_stats_of(i, o, p, w.support_hits())
+    return length_stats_of(i, o, p, w.support_hits(), w.support_loads())
 
 
-def length_stats_of(i: np.ndarray, o: np.ndarray, p: np.ndarray, prefix_hit: float = 0.0) -> LengthStats:
-    """Moments of a request mix given as (input lengths, output lengths, probabilities)."""
+def length_stats_of(i: np.ndarray, o: np.ndarray, p: np.ndarray, prefix_hit: float = 0.0,
+                    load_s: float = 0.0) -> LengthStats:
+    """Moments of a request mix given as (input lengths, output lengths, probabilities); ``load_s``:
+    each request's time to load its hits from slower KV tiers."""
     p = p / p.sum()
+    load = np.broadcast_to(np.asarray(load_s, float), np.shape(i))
     pre = np.maximum(np.round(i * (1 - prefix_hit)), 1)
     ctx = i + (o - 1) / 2
     return LengthStats(
@@ -263,4 +277,6 @@ def length_stats_of(i: np.ndarray, o: np.ndarray, p: np.ndarray, prefix_hit: flo
         output_quantiles=tuple(float(x) for x in weighted_quantile(o, p, QUANTILES)),
         mean_prompt_len=float((p * pre) @ i / (p @ pre)),
         mean_inv_decode=float((p * (o > 1)) @ (1 / np.maximum(o - 1, 1)) / max(p @ (o > 1), 1e-12)),
+        mean_load_s=float(p @ load),
+        load_quantiles=tuple(float(x) for x in weighted_quantile(load, p, QUANTILES)),
     )
