@@ -56,6 +56,10 @@ class Engine(Frozen):
         "on_demand", description="on_demand: KV pages allocated as tokens are generated, the newest sequence "
         "preempted when the pool overflows (vLLM); full_length: a request is admitted only with KV for its whole "
         "prompt + output reserved, never preempted (TensorRT-LLM's default GUARANTEED_NO_EVICT)")
+    simulator: Literal["auto", "python", "numba"] = Field(
+        "auto", description="the discrete-event simulator's loop: python (the reference loop), numba (the same "
+        "loop compiled; pip install \"planner[fast]\"), auto (numba when it imports, else python); they give the "
+        "same numbers")
     mtp_tokens: int = Field(0, ge=0, description="draft tokens per decode step (multi-token prediction / "
                             "speculative decoding; the draft module is one layer like the model's last + LM head)")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="probability that a draft token is accepted, "

@@ -49,9 +49,12 @@ class IterationTable:
                      self._axis(16.0, max_tokens)]
         N, Cx, P = np.meshgrid(*self.axes, indexing="ij")
         it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len, engine.speculation)
-        self._t = it.time_s.reshape(N.shape).tolist()      # plain floats: fast scalar lookups
-        self._w = np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape).tolist()
+        self.t_grid = np.ascontiguousarray(it.time_s.reshape(N.shape), dtype=float)
+        self.w_grid = np.ascontiguousarray(np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape), dtype=float)
         self._geo = [(math.log(a[1]), math.log(a[-1] / a[1]) / (len(a) - 2)) for a in self.axes]
+        self.geo = np.array(self._geo)                     # (log of the first point, log step) per axis
+        self.axes_grid = np.array(self.axes)               # 3 x (POINTS + 1), for the kernels
+        self._t, self._w = self.t_grid.tolist(), self.w_grid.tolist()   # plain floats: fast scalar lookups
         self._lists = [a.tolist() for a in self.axes]
 
     def _axis(self, lo: float, hi: float) -> np.ndarray:
@@ -107,6 +110,14 @@ class SimResult:
         return self.requests_per_s * float(self.output_len.mean())
 
 
+def group(key: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): ``order[bounds[k]:bounds[k + 1]]`` are the indices (ascending) where
+    ``key == k``; a stable radix sort when the keys fit in 16 bits."""
+    small = key.astype(np.uint16) if groups <= 1 << 16 else key
+    order = np.argsort(small, kind="stable")
+    return order, np.concatenate([[0], np.cumsum(np.bincount(key, minlength=groups))])
+
+
 def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes) -> tuple[float, float, float]:
     """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide."""
     free_dev = free_kv_bytes_device(model, hw, lay, dtypes)
@@ -138,8 +149,9 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     ttft = np.full(len(arrival_s), np.nan)
     done = np.full(len(arrival_s), np.nan)
     energy, preempt, iters, end = 0.0, 0, 0, 0.0
+    by_route, bounds = group(route, instances)
     for k in range(instances):
-        ids = np.flatnonzero(route == k)
+        ids = by_route[bounds[k]:bounds[k + 1]]
         e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
                                          free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]),
                                          load_s=load_s, layers=model.num_layers)
@@ -160,6 +172,35 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
                   kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
                   load_s: np.ndarray | None = None, layers: int = 1):
+    """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
+    arrival) and returns (energy J per device, preemptions, iterations, end time s). Runs the
+    compiled kernel (``sim_kernel.instance``) or the reference loop below, as
+    ``engine.simulator`` says; both give the same numbers."""
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("instance", engine.simulator)
+    if run is None:
+        return _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine, table, kv_free,
+                                    per_tok, state, ttft, done, dp, prefilled, load_s, layers)
+    t_local, d_local = ttft[ids].astype(float), done[ids].astype(float)     # copies, written back below
+    hit = np.broadcast_to(np.asarray(prefix_hit, float), input_len.shape)[ids]
+    need = np.maximum(np.round(input_len[ids] * (1 - hit)), 1).astype(np.int64)
+    to_load = np.zeros(len(ids)) if load_s is None else np.asarray(load_s, float)[ids]
+    energy, preempt, iters, end, status = run(
+        np.ascontiguousarray(arrival_s[ids], dtype=float), need, input_len[ids].astype(np.int64),
+        output_len[ids].astype(np.int64), prefilled, engine.max_batched_tokens * dp, engine.max_num_seqs * dp,
+        engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
+        float(engine.speculation.tokens_per_step), float(kv_free), float(per_tok), float(state), table.axes_grid,
+        table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local)
+    if status == sim_kernel.STALLED:
+        raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
+    ttft[ids], done[ids] = t_local, d_local
+    return energy, preempt, iters, end
+
+
+def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
+                         kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
+                         load_s: np.ndarray | None = None, layers: int = 1):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
     arrival). With ``dp`` attention replicas the engine limits scale by ``dp`` (replicas pooled).
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
@@ -336,16 +377,26 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
     pre_tokens = np.maximum(np.round(input_len * (1 - prefix_hit)), 1)
     uniq, inv = np.unique(pre_tokens, return_inverse=True)
     service = iteration(model, php, play, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
-    prefill_done = fcfs_servers(arrival_s, service, n_prompt)
+    prefill_done = fcfs_servers(arrival_s, service, n_prompt, engine.simulator)
     ready = prefill_done + np.asarray(transfer_s(pre_tokens, service), dtype=float)
     ttft = prefill_done - arrival_s
     return _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len, output_len, ready,
                         prefill_done, ttft, prefix_hit, warmup_frac)
 
 
-def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int) -> np.ndarray:
-    """Completion times of jobs served FCFS, in arrival order, by the first free of ``servers``."""
+def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int, simulator: str = "python"
+                 ) -> np.ndarray:
+    """Completion times of jobs served FCFS, in arrival order, by the first free of ``servers``
+    (``simulator``: as ``Engine.simulator``; the kernel gives the same numbers)."""
     import heapq
+
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("fcfs", simulator)
+    if run is not None:
+        done = np.empty(len(arrival_s))
+        run(np.ascontiguousarray(arrival_s, dtype=float), np.ascontiguousarray(service_s, dtype=float), servers, done)
+        return done
 
     free = [0.0] * servers
     heapq.heapify(free)
@@ -442,7 +493,7 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
                 continue
         local_idx.append(k)
     local_idx = np.asarray(local_idx, dtype=np.int64)
-    done_local = fcfs_servers(arrival_s[local_idx], s_local[local_idx], n_local)
+    done_local = fcfs_servers(arrival_s[local_idx], s_local[local_idx], n_local, engine.simulator)
     first[local_idx] = done_local
     ready[local_idx] = done_local
     ttft = ready - arrival_s          # remote requests' first token waits for their KV to arrive

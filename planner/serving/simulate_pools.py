@@ -30,7 +30,7 @@ from planner.errors import InfeasibleError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
-from planner.serving.simulate import IterationTable, SimResult, _run_instance, kv_capacity, split_result
+from planner.serving.simulate import IterationTable, SimResult, _run_instance, group, kv_capacity, split_result
 
 
 @dataclass(frozen=True)
@@ -42,11 +42,20 @@ class Machine:
     kind: int
 
 
-def jsq_prompt(arrival_s: np.ndarray, tokens: np.ndarray, service_s: np.ndarray, kinds: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def jsq_prompt(arrival_s: np.ndarray, tokens: np.ndarray, service_s: np.ndarray, kinds: np.ndarray,
+               simulator: str = "python") -> tuple[np.ndarray, np.ndarray]:
     """(prefill completion time, machine index) of each request (in arrival order) dispatched to
     the machine with the fewest pending prompt tokens; ``service_s[kind, request]`` is the prefill
-    time on a machine of that kind; each machine serves its own queue FCFS."""
+    time on a machine of that kind; each machine serves its own queue FCFS. ``simulator``: as
+    ``Engine.simulator`` (the kernel gives the same numbers)."""
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("jsq_prompt", simulator)
+    if run is not None:
+        done, where = np.empty(len(arrival_s)), np.empty(len(arrival_s), dtype=np.int64)
+        run(np.ascontiguousarray(arrival_s, dtype=float), np.ascontiguousarray(tokens, dtype=float),
+            np.ascontiguousarray(service_s, dtype=float), np.ascontiguousarray(kinds, dtype=np.int64), done, where)
+        return done, where
     m = len(kinds)
     pending = np.zeros(m)
     free = np.zeros(m)
@@ -66,9 +75,18 @@ def jsq_prompt(arrival_s: np.ndarray, tokens: np.ndarray, service_s: np.ndarray,
     return done, where
 
 
-def jsq_token(ready_s: np.ndarray, output_tokens: np.ndarray, step_s: np.ndarray) -> np.ndarray:
+def jsq_token(ready_s: np.ndarray, output_tokens: np.ndarray, step_s: np.ndarray, simulator: str = "python"
+              ) -> np.ndarray:
     """Token machine of each request (``ready_s`` ascending): the fewest pending decode tokens,
     a request's ``o`` tokens draining at one per ``step_s[k]`` on machine ``k``."""
+    from planner.serving import sim_kernel
+
+    run = sim_kernel.kernel("jsq_token", simulator)
+    if run is not None:
+        where = np.empty(len(ready_s), dtype=np.int64)
+        run(np.ascontiguousarray(ready_s, dtype=float), np.ascontiguousarray(output_tokens, dtype=float),
+            np.ascontiguousarray(step_s, dtype=float), where)
+        return where
     m = len(step_s)
     end_sum = np.zeros(m)        # sum of the estimated decode ends of the requests still there
     count = np.zeros(m)
@@ -99,10 +117,12 @@ def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: 
     phases; default ``engine``)."""
     if not prompt or not token:
         raise InfeasibleError("a Splitwise design needs at least one prompt and one token machine")
-    order = np.argsort(arrival_s, kind="stable")
-    arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
+    prefix_hit = np.broadcast_to(np.asarray(prefix_hit, float), np.shape(arrival_s))
+    if np.any(arrival_s[1:] < arrival_s[:-1]):
+        order = np.argsort(arrival_s, kind="stable")
+        arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
+        prefix_hit = prefix_hit[order]
     n = len(arrival_s)
-    prefix_hit = np.broadcast_to(np.asarray(prefix_hit, float), (n,))[order]
     rng = np.random.default_rng(seed)
     to_mixed = (rng.random(n) < mixed_share) if mixed else np.zeros(n, dtype=bool)
     ttft, done = np.full(n, np.nan), np.full(n, np.nan)
@@ -122,6 +142,15 @@ def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: 
                         prompt[0].hw.efficiency.request_overhead.value)
 
 
+def unique_lengths(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(tokens, return_inverse=True)`` of whole token counts, by counting (no sort)."""
+    whole = tokens.astype(np.int64)
+    if not len(tokens) or whole.min() < 0 or whole.max() > 1 << 24 or not np.array_equal(whole, tokens):
+        return np.unique(tokens, return_inverse=True)
+    seen = np.bincount(whole) > 0
+    return np.flatnonzero(seen).astype(tokens.dtype), (np.cumsum(seen) - 1)[whole]
+
+
 def _kinds(machines: list[Machine]) -> dict[int, Machine]:
     return {m.kind: m for m in machines}
 
@@ -132,38 +161,41 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
     pending decode tokens); fills ``ttft``, ``first`` and ``done`` for ``ids``."""
     a, i, o = arrival_s[ids], input_len[ids], output_len[ids]
     pre = np.maximum(np.round(i * (1 - prefix_hit[ids])), 1)
-    uniq, inv = np.unique(pre, return_inverse=True)
+    uniq, inv = unique_lengths(pre)
     pkinds = _kinds(prompt)
     service = np.zeros((max(pkinds) + 1, len(ids)))
     for k, m in pkinds.items():
         service[k] = iteration(model, m.hw, m.lay, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
-    p_done, p_where = jsq_prompt(a, pre, service, np.array([m.kind for m in prompt]))
+    p_done, p_where = jsq_prompt(a, pre, service, np.array([m.kind for m in prompt]), engine.simulator)
     ttft[ids] = p_done - a
     first[ids] = p_done
     by_done = np.argsort(p_done, kind="stable")
     tables, steps = {}, []
+    mean_ctx = float(np.mean(i + o / 2))
     for m in token:
         if m.kind not in tables:
             tables[m.kind] = _table(model, m, dtypes, engine, input_len, output_len)
-        steps.append(tables[m.kind][0](16.0, float(np.mean(i + o / 2)), 0.0)[0])
+        steps.append(tables[m.kind][0](16.0, mean_ctx, 0.0)[0])
     t_where = np.empty(len(ids), dtype=np.int64)
     # the KV ships once the prefill ends; the transfer delay depends on the chosen pair
-    t_where[by_done] = jsq_token(p_done[by_done], o[by_done], np.array(steps))
+    t_where[by_done] = jsq_token(p_done[by_done], o[by_done], np.array(steps), engine.simulator)
     ready = p_done.copy()
-    pk = np.array([prompt[k].kind for k in p_where])
-    tk = np.array([token[k].kind for k in t_where])
-    for kp in set(pk.tolist()):
-        for kt in set(tk.tolist()):
-            sel = (pk == kp) & (tk == kt)
-            if sel.any():
-                ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
+    pairs = [(kp, kt) for kp in sorted({m.kind for m in prompt}) for kt in sorted({m.kind for m in token})]
+    if len(pairs) > 1:
+        pk, tk = np.array([m.kind for m in prompt])[p_where], np.array([m.kind for m in token])[t_where]
+    for kp, kt in pairs:
+        sel = slice(None) if len(pairs) == 1 else (pk == kp) & (tk == kt)
+        if len(pairs) > 1 and not sel.any():
+            continue
+        ready[sel] += np.asarray(transfer_s(kp, kt, pre[sel], service[kp][sel]), dtype=float)
     ready_all = np.full(len(arrival_s), np.inf)
     ready_all[ids] = ready
     energy, preempt, iters = 0.0, 0, 0
     scratch = np.full(len(arrival_s), np.nan)
+    by_ready = np.argsort(ready, kind="stable")
+    by_machine, bounds = group(t_where[by_ready], len(token))     # each machine's requests by KV arrival
     for k, m in enumerate(token):
-        mine = ids[t_where == k]
-        mine = mine[np.argsort(ready_all[mine], kind="stable")]
+        mine = ids[by_ready[by_machine[bounds[k]:bounds[k + 1]]]]
         if not mine.size:
             continue
         table, free_kv, per_tok, state, dp = tables[m.kind]
@@ -180,8 +212,9 @@ def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, 
     route = rng.integers(0, len(mixed), len(ids))
     tables = {}
     energy, preempt, iters = 0.0, 0, 0
+    by_route, bounds = group(route, len(mixed))
     for k, m in enumerate(mixed):
-        mine = ids[route == k]
+        mine = ids[by_route[bounds[k]:bounds[k + 1]]]
         if not mine.size:
             continue
         if m.kind not in tables:
