@@ -106,7 +106,14 @@ def markdown(table: BandTable, rows_: list[Row]) -> str:
     return "\n".join(lines)
 
 
+USAGE = "usage: python -m planner.bands [--check | --markdown]  (no option: rebuild planner/catalog/bands.yaml)"
+
+
 def main(argv: list[str]) -> int:
+    unknown = [a for a in argv if a not in ("--check", "--markdown")]
+    if unknown:                     # never rewrite the band file on a typo or --help
+        print(USAGE)
+        return 0 if unknown in (["--help"], ["-h"]) else 2
     if "--markdown" in argv:
         from planner.catalog.bands import load_bands
 

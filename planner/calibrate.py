@@ -30,6 +30,7 @@ from planner.catalog.hardware import Figure, Seconds, hardware
 from planner.validate import Point, default_path, load_points, predict
 
 OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
+FINE_OVERHEAD_MS = (0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3)   # --step-only: C++ runtimes
 SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LINK_SCALES = (0.25, 0.5, 1.0)
 RING_HOP_US = (2.5, 5, 7.5, 10, 15)
@@ -141,7 +142,7 @@ def score(fw: Framework, points: list[Point]) -> float:
     return float(np.mean([abs(predict(p, fw) - p.value) / p.value for p in points]))
 
 
-def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | None = None,
+def candidate(base: Framework, overhead_s: float, gemm: float | None, memory: float | None = None,
               link: float | None = None, hop_s: float | None = None, sequence_s: float | None = None,
               note: str | None = None) -> Framework:
     """``base`` with a calibrated step overhead and GEMM scale, and memory / link scales, ring-hop
@@ -150,7 +151,8 @@ def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | N
         return cls(value=v, source="calibrated", note=note)
 
     return base.model_copy(update={
-        "step_overhead": fig(Seconds, overhead_s), "gemm_scale": fig(Figure, gemm),
+        "step_overhead": fig(Seconds, overhead_s),
+        "gemm_scale": fig(Figure, gemm) if gemm is not None else base.gemm_scale,
         "memory_scale": fig(Figure, memory) if memory else base.memory_scale,
         "link_scale": fig(Figure, link) if link else base.link_scale,
         "ring_hop_latency": fig(Seconds, hop_s) if hop_s else base.ring_hop_latency,
@@ -158,16 +160,19 @@ def candidate(base: Framework, overhead_s: float, gemm: float, memory: float | N
 
 
 def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False,
-        sequence: bool = False) -> tuple[float, Framework]:
+        sequence: bool = False, step_only: bool = False) -> tuple[float, Framework]:
     """Best (error, framework) over the grid; memory and link scales, the ring-hop latency and the
-    per-sequence host time are searched only if asked."""
+    per-sequence host time are searched only if asked. ``step_only``: only the per-step host time,
+    on a finer grid below 3 ms (an engine with CUDA graphs and a C++ scheduler, calibrated on
+    single-request decode steps, which say nothing about GEMM efficiency)."""
     base = framework(name)
     points = calibration_points(name)
     if not points:
         raise SystemExit(f"framework {name!r} has no calibration points in validation/measurements.yaml")
     best: tuple[float, Framework] | None = None
     for ms, g, m, lk, hop, seq in itertools.product(
-            OVERHEAD_MS, SCALES, SCALES if memory else (None,), LINK_SCALES if link else (None,),
+            FINE_OVERHEAD_MS if step_only else OVERHEAD_MS, (None,) if step_only else SCALES,
+            SCALES if memory else (None,), LINK_SCALES if link else (None,),
             RING_HOP_US if ring else (None,), SEQUENCE_US if sequence else (None,)):
         fw = candidate(base, ms * 1e-3, g, m, lk, hop * 1e-6 if hop else None,
                        seq * 1e-6 if seq is not None else None)
@@ -180,9 +185,10 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
 
 def main(argv: list[str]) -> None:
     if not argv:
-        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring] [--sequence]")
+        raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring] [--sequence] "
+                         "[--step-only]")
     err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv, ring="--ring" in argv,
-                  sequence="--sequence" in argv)
+                  sequence="--sequence" in argv, step_only="--step-only" in argv)
     points = calibration_points(argv[0])
     print(f"{argv[0]}: mean abs error {err:.1%} on {len(points)} points ({', '.join(p.id for p in points)})")
     for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale", "ring_hop_latency",

@@ -113,3 +113,14 @@ def test_latency_bounded_points_answer_the_most_load_meeting_the_bound():
     assert predict(loose) == pytest.approx(r["tokens_per_s_per_device"])
     # at 15 ms no batch meets the bound (the model's TPOT floor is above it): the answer is no load
     assert decode_at_tpot_bound(tight, 0.015)["min_tpot_s"] > 0.015 and predict(tight) == 0.0
+
+
+def test_unknown_options_never_rewrite_the_band_file(tmp_path, monkeypatch, capsys):
+    import planner.bands as bands_cli
+
+    target = tmp_path / "bands.yaml"
+    monkeypatch.setattr(bands_cli, "BANDS_FILE", target)
+    assert bands_cli.main(["--help"]) == 0
+    assert bands_cli.main(["--chek"]) == 2
+    assert not target.exists()
+    assert "usage" in capsys.readouterr().out
