@@ -199,4 +199,10 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from planner.errors import InputError
+
+    try:
+        main(sys.argv[1:])
+    except InputError as e:          # an unknown framework name: say so, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
