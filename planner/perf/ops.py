@@ -64,6 +64,13 @@ class Step:
         b, q, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
         return cls(b, q, c)
 
+    @classmethod
+    def lean(cls, batch, q_len, ctx) -> Step:
+        """Like ``of`` without broadcasting the three to one shape: a scalar prompt length or
+        context stays a scalar, so what depends on it alone is computed once, not per load point
+        (the same values; only the operators' array shapes are smaller)."""
+        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
+
 
 @dataclass(frozen=True)
 class Op:
@@ -375,7 +382,11 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
 
 def _combined_imbalance(gx, gy):
     """Load factor of two token groups routed together: the statistical excess ``g - 1`` goes as
-    ``1 / sqrt(assignments)``, so the excesses combine like resistors in series of their squares."""
+    ``1 / sqrt(assignments)``, so the excesses combine like resistors in series of their squares.
+    A group without excess (``g <= 1``) makes the sum infinite, so the result is 1: when either
+    side is the scalar 1 (every operator but the expert-parallel ones) it is 1 without arithmetic."""
+    if (np.ndim(gx) == 0 and float(gx) <= 1) or (np.ndim(gy) == 0 and float(gy) <= 1):
+        return 1.0 if np.ndim(gx) == np.ndim(gy) == 0 else np.ones(np.broadcast_shapes(np.shape(gx), np.shape(gy)))
     ex, ey = np.asarray(gx, float) - 1, np.asarray(gy, float) - 1
     with np.errstate(divide="ignore"):
         inv = np.where(ex > 0, ex ** -2.0, np.inf) + np.where(ey > 0, ey ** -2.0, np.inf)

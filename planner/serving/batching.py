@@ -108,10 +108,10 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     speculation each decoding sequence verifies ``1 + k`` tokens and runs ``k`` draft passes."""
     pp, k = lay.pp, spec.draft_tokens
     n = np.asarray(n_decode, float) / pp
-    dec = layer_ops(model, lay, Step.of(n, 1.0 + k, decode_ctx), dtypes)
-    pre = layer_ops(model, lay, Step.of(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
-                                        prompt_len, 0.0), dtypes)
-    ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.of(n, 1.0, decode_ctx), dtypes, passes=k)
+    dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx), dtypes)
+    pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
+                                          prompt_len, 0.0), dtypes)
+    ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx), dtypes, passes=k)
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
         prompt_len, float))
     tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
