@@ -98,6 +98,23 @@ class RunningFront:
         self.b = np.empty(0)
         self.rows: dict[str, np.ndarray] = {}
 
+    def undominated(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Mask of the points no point already held strictly dominates (both no worse, one
+        better): only these can reach the front, and dropping the others before ``add`` changes
+        nothing (what they dominate or equal, the held point strictly dominates too). The held
+        front is sorted by ``a`` with ``b`` falling, so the held point with the largest ``a`` not
+        above a point's has the lowest ``b`` among those that could dominate it."""
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        if self.a.size == 0:
+            return np.ones(a.shape, bool)
+        order = np.argsort(self.a, kind="stable")
+        ha, hb = self.a[order], self.b[order]
+        k = np.searchsorted(ha, a, side="right") - 1          # last held point with a_held <= a
+        kk = np.maximum(k, 0)
+        cover, ca = hb[kk], ha[kk]
+        dominated = (k >= 0) & (cover <= b) & ((ca < a) | (cover < b))
+        return ~dominated
+
     def add(self, a: np.ndarray, b: np.ndarray, **rows: np.ndarray) -> None:
         """Offer points ``(a[k], b[k])`` with payload columns ``rows[name][k]``."""
         if np.size(a) == 0:

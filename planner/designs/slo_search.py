@@ -168,15 +168,22 @@ class _Reducer:
             return
         cols = {f: np.broadcast_to(np.asarray(v, dtype=float), n) for f, v in zip(_FLOATS, values, strict=True)}
         seq = (np.int64(group) << 40) + index[i].astype(np.int64) * _MAX_GRID + j
-        rows = {"seq": seq, "group": np.full(n, group), "tp": lay.tp[i], "ep": lay.ep[i], "pp": lay.pp[i],
-                "ratio": np.broadcast_to(np.asarray(ratio, dtype=float), n), **cols}
-        for d, k in zip(("ptp", "pep", "ppp"), prefill or (0, 0, 0), strict=True):
-            rows[d] = np.full(n, k)
+        ratio = np.broadcast_to(np.asarray(ratio, dtype=float), n)
+        ptp, pep, ppp = prefill or (0, 0, 0)
+
+        def rows(sel) -> dict[str, np.ndarray]:
+            m = np.size(seq[sel])
+            return {"seq": seq[sel], "group": np.full(m, group), "tp": lay.tp[i[sel]], "ep": lay.ep[i[sel]],
+                    "pp": lay.pp[i[sel]], "ratio": ratio[sel], **{f: v[sel] for f, v in cols.items()},
+                    "ptp": np.full(m, ptp), "pep": np.full(m, pep), "ppp": np.full(m, ppp)}
+
         mode, hw, _ = self.groups[group]
         value = cols["tokens_per_s_per_gpu"]
         k = int(np.argmax(value))          # first of equal maxima: points of a block come in seq order
-        self._offer((hw, mode), {f: v[k] for f, v in rows.items()}, int(seq[0]))
-        self.front.add(-value, -cols["tokens_per_s_per_user"], **rows)
+        self._offer((hw, mode), {f: v[0] for f, v in rows(slice(k, k + 1)).items()}, int(seq[0]))
+        # only points no held front point dominates can join the front: the others need no payload
+        keep = np.flatnonzero(self.front.undominated(-value, -cols["tokens_per_s_per_user"]))
+        self.front.add(-value[keep], -cols["tokens_per_s_per_user"][keep], **rows(keep))
 
     def _offer(self, key: tuple[str, str], row: dict, first: int) -> None:
         """``row`` becomes the best of ``key`` if it has more tokens/s/GPU (or as many, earlier)."""

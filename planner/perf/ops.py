@@ -365,19 +365,33 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
     pair up one to one: work and traffic add, weights are read once (the larger touched set).
     Attention is the exception: decode and prefill attention run as their own kernels (paged
-    decode vs FlashAttention prefill), each at its own efficiency, so both are kept."""
-    out = []
+    decode vs FlashAttention prefill), each at its own efficiency, so both are kept. (The expert
+    operators of a layer share one load factor: it is combined once per pair of arrays.)"""
+    out, combined = [], {}
     for x, y in zip(a, b, strict=True):
         if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
             out += [x, replace(y, name=f"{y.name}_prefill")]
             continue
-        out.append(Op(x.name, x.kind, x.count, flops=x.flops + y.flops,
+        pair = (id(x.imbalance), id(y.imbalance))
+        if pair not in combined:
+            combined[pair] = _combined_imbalance(x.imbalance, y.imbalance)
+        out.append(Op(x.name, x.kind, x.count, flops=add_nonneg(x.flops, y.flops),
                       weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
-                      act_bytes=x.act_bytes + y.act_bytes, kv_bytes=x.kv_bytes + y.kv_bytes,
-                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params,
-                      remote_bytes=x.remote_bytes + y.remote_bytes, draws=max(x.draws, y.draws),
-                      imbalance=_combined_imbalance(x.imbalance, y.imbalance), grouped=x.grouped))
+                      act_bytes=add_nonneg(x.act_bytes, y.act_bytes), kv_bytes=add_nonneg(x.kv_bytes, y.kv_bytes),
+                      comm_bytes=add_nonneg(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
+                      remote_bytes=add_nonneg(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
+                      imbalance=combined[pair], grouped=x.grouped))
     return out
+
+
+def add_nonneg(x, y):
+    """``x + y``; a scalar zero on either side of a float array adds nothing (the fields are
+    non-negative, so no ``-0.0`` can turn into ``+0.0``): the array is returned as it is."""
+    if np.ndim(y) == 0 and y == 0 and isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x
+    if np.ndim(x) == 0 and x == 0 and isinstance(y, np.ndarray) and y.dtype == np.float64:
+        return y
+    return x + y
 
 
 def _combined_imbalance(gx, gy):

@@ -22,7 +22,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import collective_time, ep_all_to_all_time, link_of
-from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, layer_ops
+from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, add_nonneg, layer_ops
 from planner.perf.parallel import Layout
 
 
@@ -63,7 +63,7 @@ class OpTime:
             t = _apply(np.maximum, t, self.comm_s)
         if not _zero(self.fixed_s):
             t = _apply(np.add, t, self.fixed_s)
-        return _apply(np.multiply, t, self.op.count)
+        return t if self.op.count == 1 and isinstance(t, np.ndarray) else _apply(np.multiply, t, self.op.count)
 
     @property
     def bound(self) -> np.ndarray:
@@ -170,7 +170,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     fmt = hw.compute_dtype(operand_dtype(op, dtypes))
     flops = np.asarray(op.flops, dtype=float)
     weight = np.asarray(op.weight_bytes, dtype=float)
-    moved = np.asarray(op.act_bytes, dtype=float) + np.asarray(op.kv_bytes, dtype=float)
+    moved = add_nonneg(np.asarray(op.act_bytes, dtype=float), np.asarray(op.kv_bytes, dtype=float))
     peak, bw = hw.peak_flops_per_s(fmt), hw.memory.bandwidth.value
     if op.kind in COMM_KINDS:
         return OpTime(op, flops / (peak * eff.gemm_plateau(fmt)), (weight + moved) / (bw * eff.memory.value),
