@@ -117,7 +117,8 @@ def _evaluate_block(job, model, engine, stats, workload, slo, spec, tpot_max, sh
     part = _Reducer(groups)
     agg, dis = groups
     # with chunked prefill both modes' curves run on the same iteration grid: compute it once
-    load = load_grid(model, hw, sub, dtypes, engine, stats) if share else None
+    # powers are not part of this search's answer: the roofline skips them (power=False)
+    load = load_grid(model, hw, sub, dtypes, engine, stats, power=False) if share else None
     if "aggregated" in spec.modes:
         _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
     if pre is not None:
@@ -129,7 +130,7 @@ def _aggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dt
                 load) -> None:
     """Every SLO-meeting load point of the colocated steady state of each layout in the block."""
     devices = lay.devices.astype(float)
-    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load)
+    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load, power=False)
     i, j = np.nonzero(slo_ok(c, slo))
     acc.add(group, lay, index, i, j, None, np.nan, c.rate[i, j] * stats.mean_output / devices[i],
             1 / c.tpot["mean"][i, j], c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
@@ -260,7 +261,8 @@ def _disaggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay,
     best_pre, best_ttft, pre_layout = pre
     dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
     devices = lay.devices.astype(float)
-    c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats, load=load)
+    c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats, load=load,
+                      power=False)
     i, j = np.nonzero(np.isfinite(c.tpot["p90"]) & (c.tpot["p90"] <= tpot_max))
     r_dec = c.rate[i, j] / devices[i]
     per_gpu = 1 / (1 / best_pre + 1 / r_dec)

@@ -192,9 +192,18 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         memory = _apply(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
     if weight.size and bool(np.all(weight > 0)):
         fixed = eff.kernel_latency.value     # every row is busy (a row with NaN work times NaN either way)
-    else:
-        fixed = eff.kernel_latency.value * ((flops > 0) | (weight + moved > 0))
+    else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
+        fixed = eff.kernel_latency.value * _busy(flops, moved if _zero(weight) else weight + moved)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def _busy(flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """``(flops > 0) | (nbytes > 0)``; a scalar zero side is left out."""
+    if _zero(flops):
+        return nbytes > 0
+    if _zero(nbytes):
+        return flops > 0
+    return (flops > 0) | (nbytes > 0)
 
 
 def _ones(load: np.ndarray, shape: tuple) -> bool:

@@ -131,8 +131,9 @@ class LoadGrid:
 
 
 def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
-              stats: LengthStats, grid: int = GRID) -> LoadGrid:
-    """Decode-batch grid of each candidate and the iteration times along it (one roofline call)."""
+              stats: LengthStats, grid: int = GRID, power: bool = True) -> LoadGrid:
+    """Decode-batch grid of each candidate and the iteration times along it (one roofline call;
+    ``power=False``: iteration powers not computed, NaN, for searches that rank by speed only)."""
     n_max, limit = max_decode_batch(model, hw, lay, dtypes, engine, stats)
     n_max = np.atleast_1d(n_max)
     # mean decode batch from N_LIGHT (an instance idle most of the time) up to n_max
@@ -157,7 +158,7 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     # chunked prefill all three carry the same decodes, so their operators are built once (axis 1
     # broadcasts) - the same values as three separate calls
     dec = busy_n[:, None, :] if engine.chunked_prefill else np.stack([busy_n, 0 * n, 0 * n], axis=1)
-    it = iteration(model, hw, L, dtypes, dec, ctx, np.stack([0 * n, chunk, packed], axis=1), Lp, spec)
+    it = iteration(model, hw, L, dtypes, dec, ctx, np.stack([0 * n, chunk, packed], axis=1), Lp, spec, power)
     t_dec, t_chunk, t_packed = (it.time_s[:, k] for k in range(3))
     p_dec, p_chunk = it.power_w[:, 0], it.power_w[:, 1]
     return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk)
@@ -165,10 +166,11 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
 
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                   stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID,
-                  load: LoadGrid | None = None) -> Curve:
+                  load: LoadGrid | None = None, power: bool = True) -> Curve:
     """Steady-state metrics of each candidate layout on a grid of decode batch sizes (``load``: the
-    candidates' ``load_grid``, if already computed for the same engine, layouts and lengths)."""
-    g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid)
+    candidates' ``load_grid``, if already computed for the same engine, layouts and lengths;
+    ``power=False``: powers left NaN, for callers that do not read them)."""
+    g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid, power)
     n, n_max, limit, chunk, packed = g.n, g.n_max, g.limit, g.chunk, g.packed
     t_dec, t_chunk, t_packed, p_dec, p_chunk = g.t_dec, g.t_chunk, g.t_packed, g.p_dec, g.p_chunk
     I, O = stats.mean_prefill, stats.mean_output  # noqa: E741
