@@ -228,7 +228,7 @@ def _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> 
     exponential tail for the P90, plus the KV transfer over the instance's NICs."""
     I = stats.mean_prefill  # noqa: E741
     devices = lay.devices.astype(float)
-    s = iteration(model, hw, lay, dtypes, 0.0, 16.0, I, I).time_s                       # (C,)
+    s = iteration(model, hw, lay, dtypes, 0.0, 16.0, I, I, power=False).time_s          # (C,)
     nic = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * devices
     xfer = kv_cache_bytes_per_token(model, dtypes.kv) * stats.mean_input / nic
     rho = np.asarray(spec.prefill_utilization)[None, :]
