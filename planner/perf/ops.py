@@ -448,11 +448,18 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
 def add_nonneg(x, y):
     """``x + y``; a scalar zero on either side of a float array adds nothing (the fields are
     non-negative, so no ``-0.0`` can turn into ``+0.0``): the array is returned as it is."""
-    if np.ndim(y) == 0 and y == 0 and isinstance(x, np.ndarray) and x.dtype == np.float64:
+    if scalar_zero(y) and isinstance(x, np.ndarray) and x.dtype == np.float64:
         return x
-    if np.ndim(x) == 0 and x == 0 and isinstance(y, np.ndarray) and y.dtype == np.float64:
+    if scalar_zero(x) and isinstance(y, np.ndarray) and y.dtype == np.float64:
         return y
     return x + y
+
+
+def scalar_zero(x) -> bool:
+    """Whether ``x`` is a scalar (Python, NumPy or 0-d array) equal to zero."""
+    if isinstance(x, (int, float)):
+        return x == 0
+    return getattr(x, "ndim", 1) == 0 and float(x) == 0.0
 
 
 def _combined_imbalance(gx, gy):

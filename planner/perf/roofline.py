@@ -22,7 +22,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import collective_time, ep_all_to_all_time, link_of
-from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, add_nonneg, layer_ops
+from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, add_nonneg, layer_ops, scalar_zero
 from planner.perf.parallel import Layout
 
 
@@ -131,9 +131,7 @@ class StepTime:
         return np.array([b.value for b in Bound], dtype=object)[np.argmax(stacked, axis=0)]
 
 
-def _zero(x) -> bool:
-    """Whether ``x`` is a scalar zero (an operator without that part)."""
-    return np.ndim(x) == 0 and float(x) == 0.0
+_zero = scalar_zero          # an operator without that part
 
 
 def _apply(ufunc, a, b):
