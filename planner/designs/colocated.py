@@ -23,7 +23,7 @@ from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, blocks, candidates
+from planner.search import BLOCK, blocks, candidates, steady_heap
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
 from planner.serving.slo import PERCENTILES, SLO
@@ -130,6 +130,7 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
     meet the SLOs at the workload's rate, streaming: each block of candidates is ranked by cost
     as arrays and only the survivors become ``Deployment`` objects, so with ``top`` memory is
     O(block + top). Ties (equal $/h and accelerators) keep the search order."""
+    steady_heap()
     stats = length_stats(workload)
     rate = workload.request_rate
     keep = _Cheapest(top)

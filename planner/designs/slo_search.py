@@ -22,7 +22,7 @@ from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, RunningFront, blocks, candidates
+from planner.search import BLOCK, RunningFront, blocks, candidates, steady_heap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
 from planner.serving.slo import SLO
@@ -68,6 +68,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     O(block + front) whatever the number of candidates; labels are formatted for survivors only.
     ``workers`` > 1 evaluates blocks on that many local processes."""
     assert GRID <= _MAX_GRID
+    steady_heap()
     stats = length_stats(workload)
     ttft_max = min(v for _, v in slo.ttft_s.items()) if slo.ttft_s.items() else np.inf
     tpot_max = min(v for _, v in slo.tpot_s.items()) if slo.tpot_s.items() else np.inf
