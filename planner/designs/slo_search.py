@@ -115,6 +115,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
 def _evaluate_block(job, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
     """The points of one block of candidates, reduced (one task: picklable for a process pool)."""
     groups, index, hw, sub, dtypes, pre = job
+    steady_heap()                    # once per process: pool workers too
     part = _Reducer(groups)
     agg, dis = groups
     # with chunked prefill both modes' curves run on the same iteration grid: compute it once
