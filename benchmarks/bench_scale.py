@@ -2,7 +2,8 @@
 
 Each size runs in a fresh process: slo-search (aggregated + disaggregated) of Qwen3-235B-A22B,
 and the colocated search, over wide layout spaces (every hardware profile, tp/ep powers of two,
-pp 1..94, weight dtypes), printing candidates, seconds, candidates/s and the process's peak RSS.
+pp 1..94, weight dtypes), printing candidates, seconds, candidates/s, the process's peak RSS and the
+search's CPU seconds (less disturbed than wall time by other work on a shared machine).
 Spaces beyond the catalog's distinct candidates list hardware profiles more than once: the same
 work per candidate, counted as separate candidates.
 """
@@ -62,7 +63,7 @@ def run_one(size: int, design: str) -> dict:
     wl = Workload(rate=50, input={"dist": "fixed", "value": 4000}, output={"dist": "fixed", "value": 500})
     slo = SLO(ttft_s={"p90": 2.0}, tpot_s={"p90": 0.05})
     m, dts = planner.model(MODEL), [DType(d) for d in s["weight_dtype"]]
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     if design == "slo-search":
         r = plan_slo_search(m, SloSearchSpec(), wl, slo, Engine(), s["hardware"], s["tp"], s["ep"], s["pp"], dts,
                             None, "bench")
@@ -72,9 +73,10 @@ def run_one(size: int, design: str) -> dict:
         cost = CostModel(usd_per_h={h: 2.0 for h in set(s["hardware"]) if planner.hardware(h).price.rent is None})
         r = search_colocated(m, wl, slo, Engine(), cost, s["hardware"], s["tp"], s["ep"], s["pp"], dts, top=9)
         n = r.candidates
-    dt = time.perf_counter() - t
+    dt, cpu = time.perf_counter() - t, time.process_time() - cpu
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"design": design, "candidates": n, "seconds": dt, "per_s": n / dt, "peak_rss_mb": rss / 1e6}
+    return {"design": design, "candidates": n, "seconds": dt, "per_s": n / dt, "peak_rss_mb": rss / 1e6,
+            "cpu_s": cpu, "per_cpu_s": n / cpu}
 
 
 def main() -> None:
@@ -93,7 +95,7 @@ def main() -> None:
                                  capture_output=True, text=True).stdout
             r = json.loads(out)
             print(f"{design:10s} {r['candidates']:>9,d} candidates in {r['seconds']:7.1f} s = {r['per_s']:7,.0f}/s, "
-                  f"peak RSS {r['peak_rss_mb']:5.0f} MB")
+                  f"peak RSS {r['peak_rss_mb']:5.0f} MB, CPU {r['cpu_s']:6.1f} s = {r['per_cpu_s']:7,.0f}/CPU-s")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ each kind once and multiplies by its count.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from enum import Enum
 from typing import Literal
@@ -180,8 +181,12 @@ class ModelSpec(Frozen):
         return FFNKind.moe if self.moe is not None and layer not in self.moe.dense_layers else FFNKind.dense
 
     def layer_kinds(self) -> dict[tuple[Mixer, FFNKind], int]:
-        """Count of layers per (mixer, FFN) kind, e.g. DeepSeek-V3: 3 dense + 58 MoE."""
-        return dict(Counter((self.mixer(i), self.ffn(i)) for i in range(self.num_layers)))
+        """Count of layers per (mixer, FFN) kind, e.g. DeepSeek-V3: 3 dense + 58 MoE (memoized on
+        what decides it: the roofline asks for it on every step it builds)."""
+        la, win = self.linear_attention, self.window
+        return dict(_layer_kinds(self.num_layers, tuple(la.layers) if la is not None else None,
+                                 tuple(win.layers) if win is not None else None,
+                                 tuple(self.moe.dense_layers) if self.moe is not None else None))
 
     @property
     def num_attention_layers(self) -> int:
@@ -207,3 +212,18 @@ class ModelSpec(Frozen):
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_kinds(num_layers: int, linear: tuple[int, ...] | None, local: tuple[int, ...] | None,
+                 dense: tuple[int, ...] | None) -> tuple[tuple[tuple[Mixer, FFNKind], int], ...]:
+    """``ModelSpec.layer_kinds`` from the layer index lists (``None``: no such layers group)."""
+    def mixer(i: int) -> Mixer:
+        if linear is not None and i in linear:
+            return Mixer.linear
+        return Mixer.local if local is not None and i in local else Mixer.attention
+
+    def ffn(i: int) -> FFNKind:
+        return FFNKind.moe if dense is not None and i not in dense else FFNKind.dense
+
+    return tuple(Counter((mixer(i), ffn(i)) for i in range(num_layers)).items())

@@ -23,7 +23,7 @@ from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, blocks, candidates
+from planner.search import BLOCK, blocks, candidates, steady_heap
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
 from planner.serving.slo import PERCENTILES, SLO
@@ -97,14 +97,14 @@ def _binding(curve: Curve, ok: np.ndarray, slo: SLO, row: int) -> str:
 
 def evaluate_candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[int], pp: list[int],
                         weight_dtypes: list[DType], kv_dtype: DType | None, engine: Engine, stats: LengthStats,
-                        arrival_scv: float, slo: SLO,
-                        block: int = BLOCK) -> Iterator[tuple[int, np.ndarray, _Evaluated]]:
+                        arrival_scv: float, slo: SLO, block: int = BLOCK,
+                        power: bool = True) -> Iterator[tuple[int, np.ndarray, _Evaluated]]:
     """``(group, candidate indices, evaluated block)`` over every candidate, ``block`` at a time
-    (group: the rank of the hardware and dtype in the search)."""
+    (group: the rank of the hardware and dtype in the search; ``power=False``: powers left NaN)."""
     for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
                                                            engine.framework)):
         for index, sub in blocks(lay, block):
-            curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv)
+            curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv, power=power)
             yield group, index, _Evaluated(hw, dtypes, sub, curve, slo_ok(curve, slo))
 
 
@@ -130,13 +130,17 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
     meet the SLOs at the workload's rate, streaming: each block of candidates is ranked by cost
     as arrays and only the survivors become ``Deployment`` objects, so with ``top`` memory is
     O(block + top). Ties (equal $/h and accelerators) keep the search order."""
+    steady_heap()
     stats = length_stats(workload)
     rate = workload.request_rate
     keep = _Cheapest(top)
     light = _LightLoad()
     count = 0
+    # a rented device's price does not depend on its power: then only the survivors need powers,
+    # recomputed for them at the end (row by row the same numbers), and the blocks skip them
+    power = cost.owned or top is None
     for group, index, ev in evaluate_candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine, stats,
-                                                workload.arrival.scv, slo, block):
+                                                workload.arrival.scv, slo, block, power):
         count += index.size
         light.add(ev.curve)
         c = ev.curve
@@ -146,13 +150,26 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
         i, k = i[k <= max_instances], k[k <= max_instances]
         if i.size:
             acc = k * c.devices[i]
-            dev_power = interpolate(c.rows(i), c.power_w[i], rate / k)
+            dev_power = interpolate(c.rows(i), c.power_w[i], rate / k) if cost.owned else np.zeros(i.size)
             usd = acc * _usd_per_device_hour(cost, ev.hw, dev_power)
             keep.add(ev, i, k, usd, acc, (np.int64(group) << 40) + index[i])
     if not keep.rows:
         raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count))
-    deployments = [_deployment(ev, 0, k, rate, slo, cost, stats, model) for *_, ev, k in keep.result()]
+    survivors = [(ev, k) if power else (_with_power(ev, model, engine, stats, workload.arrival.scv, slo), k)
+                 for *_, ev, k in keep.result()]
+    deployments = [_deployment(ev, 0, k, rate, slo, cost, stats, model) for ev, k in survivors]
     return ColocatedSearch(deployments, count)
+
+
+def _with_power(ev: _Evaluated, model: ModelSpec, engine: Engine, stats: LengthStats, arrival_scv: float,
+                slo: SLO) -> _Evaluated:
+    """A kept one-row candidate's curve again, powers included (every figure of a curve is its own
+    row's: the same numbers as in its block; measured-table queries are not counted twice)."""
+    from planner.perf.measured import uncounted
+
+    with uncounted():
+        curve = serving_curve(model, ev.hw, ev.lay, ev.dtypes, engine, stats, arrival_scv)
+    return _Evaluated(ev.hw, ev.dtypes, ev.lay, curve, slo_ok(curve, slo))
 
 
 def _usd_per_device_hour(cost: CostModel, hw: HardwareProfile, dev_power_w: np.ndarray) -> np.ndarray:

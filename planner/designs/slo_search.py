@@ -22,7 +22,7 @@ from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, RunningFront, blocks, candidates
+from planner.search import BLOCK, RunningFront, blocks, candidates, steady_heap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
 from planner.serving.slo import SLO
@@ -68,6 +68,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     O(block + front) whatever the number of candidates; labels are formatted for survivors only.
     ``workers`` > 1 evaluates blocks on that many local processes."""
     assert GRID <= _MAX_GRID
+    steady_heap()
     stats = length_stats(workload)
     ttft_max = min(v for _, v in slo.ttft_s.items()) if slo.ttft_s.items() else np.inf
     tpot_max = min(v for _, v in slo.tpot_s.items()) if slo.tpot_s.items() else np.inf
@@ -114,10 +115,12 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
 def _evaluate_block(job, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
     """The points of one block of candidates, reduced (one task: picklable for a process pool)."""
     groups, index, hw, sub, dtypes, pre = job
+    steady_heap()                    # once per process: pool workers too
     part = _Reducer(groups)
     agg, dis = groups
     # with chunked prefill both modes' curves run on the same iteration grid: compute it once
-    load = load_grid(model, hw, sub, dtypes, engine, stats) if share else None
+    # powers are not part of this search's answer: the roofline skips them (power=False)
+    load = load_grid(model, hw, sub, dtypes, engine, stats, power=False) if share else None
     if "aggregated" in spec.modes:
         _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
     if pre is not None:
@@ -129,7 +132,7 @@ def _aggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dt
                 load) -> None:
     """Every SLO-meeting load point of the colocated steady state of each layout in the block."""
     devices = lay.devices.astype(float)
-    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load)
+    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load, power=False)
     i, j = np.nonzero(slo_ok(c, slo))
     acc.add(group, lay, index, i, j, None, np.nan, c.rate[i, j] * stats.mean_output / devices[i],
             1 / c.tpot["mean"][i, j], c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
@@ -168,15 +171,22 @@ class _Reducer:
             return
         cols = {f: np.broadcast_to(np.asarray(v, dtype=float), n) for f, v in zip(_FLOATS, values, strict=True)}
         seq = (np.int64(group) << 40) + index[i].astype(np.int64) * _MAX_GRID + j
-        rows = {"seq": seq, "group": np.full(n, group), "tp": lay.tp[i], "ep": lay.ep[i], "pp": lay.pp[i],
-                "ratio": np.broadcast_to(np.asarray(ratio, dtype=float), n), **cols}
-        for d, k in zip(("ptp", "pep", "ppp"), prefill or (0, 0, 0), strict=True):
-            rows[d] = np.full(n, k)
+        ratio = np.broadcast_to(np.asarray(ratio, dtype=float), n)
+        ptp, pep, ppp = prefill or (0, 0, 0)
+
+        def rows(sel) -> dict[str, np.ndarray]:
+            m = np.size(seq[sel])
+            return {"seq": seq[sel], "group": np.full(m, group), "tp": lay.tp[i[sel]], "ep": lay.ep[i[sel]],
+                    "pp": lay.pp[i[sel]], "ratio": ratio[sel], **{f: v[sel] for f, v in cols.items()},
+                    "ptp": np.full(m, ptp), "pep": np.full(m, pep), "ppp": np.full(m, ppp)}
+
         mode, hw, _ = self.groups[group]
         value = cols["tokens_per_s_per_gpu"]
         k = int(np.argmax(value))          # first of equal maxima: points of a block come in seq order
-        self._offer((hw, mode), {f: v[k] for f, v in rows.items()}, int(seq[0]))
-        self.front.add(-value, -cols["tokens_per_s_per_user"], **rows)
+        self._offer((hw, mode), {f: v[0] for f, v in rows(slice(k, k + 1)).items()}, int(seq[0]))
+        # only points no held front point dominates can join the front: the others need no payload
+        keep = np.flatnonzero(self.front.undominated(-value, -cols["tokens_per_s_per_user"]))
+        self.front.add(-value[keep], -cols["tokens_per_s_per_user"][keep], **rows(keep))
 
     def _offer(self, key: tuple[str, str], row: dict, first: int) -> None:
         """``row`` becomes the best of ``key`` if it has more tokens/s/GPU (or as many, earlier)."""
@@ -220,7 +230,7 @@ def _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> 
     exponential tail for the P90, plus the KV transfer over the instance's NICs."""
     I = stats.mean_prefill  # noqa: E741
     devices = lay.devices.astype(float)
-    s = iteration(model, hw, lay, dtypes, 0.0, 16.0, I, I).time_s                       # (C,)
+    s = iteration(model, hw, lay, dtypes, 0.0, 16.0, I, I, power=False).time_s          # (C,)
     nic = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * devices
     xfer = kv_cache_bytes_per_token(model, dtypes.kv) * stats.mean_input / nic
     rho = np.asarray(spec.prefill_utilization)[None, :]
@@ -253,7 +263,8 @@ def _disaggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay,
     best_pre, best_ttft, pre_layout = pre
     dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
     devices = lay.devices.astype(float)
-    c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats, load=load)
+    c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats, load=load,
+                      power=False)
     i, j = np.nonzero(np.isfinite(c.tpot["p90"]) & (c.tpot["p90"] <= tpot_max))
     r_dec = c.rate[i, j] / devices[i]
     per_gpu = 1 / (1 / best_pre + 1 / r_dec)

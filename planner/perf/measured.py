@@ -137,6 +137,7 @@ class _Use:
     outside: int = 0
     used: set[str] = field(default_factory=set)         # paths of the tables that timed a step
     notes: list[str] = field(default_factory=list)
+    counting: bool = True                               # False while rows already counted are recomputed
 
 
 _ACTIVE: contextvars.ContextVar[_Use | None] = contextvars.ContextVar("measured_tables", default=None)
@@ -152,6 +153,21 @@ def tables_in_use(tables: dict[str, MeasuredTable]) -> Iterator[_Use]:
         yield use
     finally:
         _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def uncounted() -> Iterator[None]:
+    """Step times queried inside use the tables as usual but are not counted: for a search that
+    recomputes rows it has already counted (its survivors, with their powers)."""
+    use = _ACTIVE.get()
+    was = use.counting if use is not None else True
+    if use is not None:
+        use.counting = False
+    try:
+        yield
+    finally:
+        if use is not None:
+            use.counting = was
 
 
 def table_for(hw_name: str) -> MeasuredTable | None:
@@ -188,7 +204,7 @@ def decode_time(table: MeasuredTable, batch, tokens_per_seq, context, roofline_d
 
 def _count(table: MeasuredTable, used: np.ndarray, inside: np.ndarray) -> None:
     use = _ACTIVE.get()
-    if use is not None:
+    if use is not None and use.counting:
         use.queries += int(used.sum())
         use.outside += int((used & ~inside).sum())
         if used.any():

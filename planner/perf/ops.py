@@ -18,6 +18,7 @@ Conventions (per device, per layer):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -44,6 +45,55 @@ class OpKind(str, Enum):
 COMM_KINDS = (OpKind.all_reduce, OpKind.all_to_all)
 
 
+class Per:
+    """A divisor in ``scaled``: the chain divides by ``d`` there."""
+
+    __slots__ = ("d",)
+
+    def __init__(self, d) -> None:
+        self.d = d
+
+
+def _pow2(f) -> bool:
+    """Whether every element of the small scalar or array ``f`` is a positive power of two (a
+    product by it only moves the exponent, so it rounds nothing)."""
+    if isinstance(f, (int, float)):
+        return f > 0 and math.frexp(f)[0] == 0.5
+    if np.size(f) > 4096:
+        return False
+    return bool((np.frexp(np.asarray(f, dtype=float))[0] == 0.5).all())   # 0.5: positive powers only
+
+
+def scaled(x, *factors):
+    """``x * f0 * f1 * ...`` evaluated left to right (``Per(d)``: ``/ d`` at that place), with the
+    bits of exactly that expression, in fewer passes over a large ``x``: a product or quotient by
+    a power of two rounds nothing, so it commutes with every rounding of the chain and is folded
+    exactly into another (small) factor; a chain of nothing but powers of two is one product, and
+    one of ones returns ``x`` itself. (No operand here comes near overflow or subnormals, where
+    scaling by two would round.)"""
+    exact, rest = 1.0, []
+    for f in factors:
+        d = f.d if isinstance(f, Per) else None
+        if _pow2(f if d is None else d):
+            exact = exact * f if d is None else exact / d
+        else:
+            rest.append(f)
+    if not rest:
+        ones = np.all(np.asarray(exact) == 1.0) and np.broadcast_shapes(np.shape(x), np.shape(exact)) == np.shape(x)
+        return x if ones else x * exact
+    if not (np.ndim(exact) == 0 and exact == 1.0):
+        first = rest[0]
+        rest[0] = Per(first.d / exact) if isinstance(first, Per) else first * exact
+    for k, f in enumerate(rest):
+        op = np.divide if isinstance(f, Per) else np.multiply
+        f = f.d if isinstance(f, Per) else f
+        if k and isinstance(x, np.ndarray) and x.ndim and np.broadcast_shapes(x.shape, np.shape(f)) == x.shape:
+            op(x, f, out=x)           # a temporary of this chain: in place
+        else:
+            x = op(x, f)
+    return x
+
+
 @dataclass(frozen=True)
 class DTypes:
     weight: DType = DType.bf16
@@ -63,6 +113,13 @@ class Step:
     def of(cls, batch, q_len, ctx) -> Step:
         b, q, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
         return cls(b, q, c)
+
+    @classmethod
+    def lean(cls, batch, q_len, ctx) -> Step:
+        """Like ``of`` without broadcasting the three to one shape: a scalar prompt length or
+        context stays a scalar, so what depends on it alone is computed once, not per load point
+        (the same values; only the operators' array shapes are smaller)."""
+        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
 
 
 @dataclass(frozen=True)
@@ -103,9 +160,9 @@ class _Ctx:
     tokens_all: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        self.b_loc = self.step.batch / self.lay.attention_dp
-        self.tokens = self.b_loc * self.step.q_len
-        self.tokens_all = self.step.batch * self.step.q_len
+        self.b_loc = scaled(self.step.batch, Per(self.lay.attention_dp))
+        self.tokens = scaled(self.b_loc, self.step.q_len)
+        self.tokens_all = scaled(self.step.batch, self.step.q_len)
 
     @property
     def mean_keys(self) -> np.ndarray:
@@ -121,11 +178,11 @@ class _Ctx:
         m = self.tokens if m is None else m
         wb = self.dt.weight.bytes
         params = k * n / shard if weight_params is None else weight_params
-        return Op(name, OpKind.gemm, count, flops=2.0 * m * k * n / shard, weight_bytes=params * wb,
-                  act_bytes=m * (k + n / shard) * self.dt.act.bytes, params=params)
+        return Op(name, OpKind.gemm, count, flops=scaled(m, 2.0, k, n, Per(shard)), weight_bytes=params * wb,
+                  act_bytes=scaled(m, k + n / shard, self.dt.act.bytes), params=params)
 
     def all_reduce(self, name: str, count: int) -> Op:
-        payload = self.tokens * self.m.hidden_size * self.dt.act.bytes
+        payload = scaled(self.tokens, self.m.hidden_size, self.dt.act.bytes)
         return Op(name, OpKind.all_reduce, count, comm_bytes=payload, group=self.lay.tp)
 
 
@@ -146,8 +203,8 @@ def _attention(c: _Ctx, n: int, window: AttentionWindow | None = None) -> list[O
     return [
         c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias),
         Op("attention", OpKind.attention, n, flops=4.0 * heads * d * pairs,
-           act_bytes=2 * c.tokens * heads * d * c.dt.act.bytes,
-           kv_bytes=c.b_loc * (seen + 2 * q) * kv_tok,
+           act_bytes=scaled(c.tokens, 2, heads, d, c.dt.act.bytes),
+           kv_bytes=scaled(c.b_loc, seen + 2 * q, kv_tok),
            keys=c.mean_keys if window is None else window.pairs(q, ctx) / np.maximum(q, 1)),
         c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0)),
         c.all_reduce("attn_all_reduce", n),
@@ -254,29 +311,29 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     ab = c.dt.act.bytes
     expert_params = 3 * h * moe.expert_intermediate_size
     hit = 1.0 - (1.0 - k / E) ** c.tokens_all               # fraction of experts this step touches
-    routed = c.tokens_all * k / lay.stage_devices            # expert-token assignments per device (mean)
+    routed = scaled(c.tokens_all, k, Per(lay.stage_devices))  # expert-token assignments per device (mean)
     per_rank = np.ceil(E / lay.ep)                           # experts on the fullest EP rank
     stored = per_rank * expert_params / lay.expert_tp
-    mu = np.maximum(c.tokens_all * k / lay.ep, 1e-9)
+    mu = np.maximum(scaled(c.tokens_all, k, Per(lay.ep)), 1e-9)
     uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
     a2a = lay.attention_dp > 1
-    dispatch = np.where(a2a, c.tokens_all / lay.stage_devices * k * h * ab, 0.0)
+    dispatch = _where(a2a, lambda: scaled(c.tokens_all, Per(lay.stage_devices), k, h, ab))
     # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
     # expert groups, so it crosses the scale-out network to at most that many nodes, once each
     limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
     draws = float(min(k, moe.groups_per_token) if limited else k)
-    once = np.where(a2a, c.tokens_all / lay.stage_devices * h * ab, 0.0)
+    once = _where(a2a, lambda: scaled(c.tokens_all, Per(lay.stage_devices), h, ab))
     ops = [c.gemm("router", n, h, E)]
     if np.any(a2a):
         ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
                       draws=draws, group=lay.ep, imbalance=uneven))
     # tokens are permuted into expert order before the grouped GEMM and un-permuted and summed
     # with their gate weights after it: each routed copy of a hidden vector is read and written twice
-    ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=4.0 * routed * h * ab, group=lay.ep,
+    ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=scaled(routed, 4.0, h, ab), group=lay.ep,
                   imbalance=uneven))
-    ops.append(Op("experts", OpKind.gemm, n, flops=2.0 * routed * expert_params,
-                  weight_bytes=stored * hit * c.dt.weight.bytes,
-                  act_bytes=routed * (2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp) * ab,
+    ops.append(Op("experts", OpKind.gemm, n, flops=scaled(routed, 2.0, expert_params),
+                  weight_bytes=scaled(hit, stored, c.dt.weight.bytes),       # stored x hit x bytes
+                  act_bytes=scaled(routed, 2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp, ab),
                   params=stored, group=lay.ep, imbalance=uneven, grouped=True))
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
@@ -287,6 +344,16 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
                       draws=draws, group=lay.ep, imbalance=uneven))
     ops.append(c.all_reduce("ffn_all_reduce", n))
     return ops
+
+
+def _where(mask: np.ndarray, value) -> np.ndarray | float:
+    """``np.where(mask, value(), 0.0)`` for a small per-candidate ``mask``: ``value()`` alone when
+    the mask holds everywhere, 0 when nowhere (the value is then never used)."""
+    if not np.any(mask):
+        return 0.0
+    v = value()
+    return v if np.all(mask) and np.broadcast_shapes(np.shape(v), np.shape(mask)) == np.shape(v) \
+        else np.where(mask, v, 0.0)
 
 
 def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
@@ -302,7 +369,8 @@ def _norms(c: _Ctx, n: int, mixer: Mixer) -> Op:
     width = (m.moe.experts_per_token * m.moe.expert_intermediate_size if m.moe is not None
              else m.intermediate_size) / c.lay.tp
     passes = 6 * m.hidden_size + (3 if m.gated_ffn else 2) * width
-    return Op("norms_residual", OpKind.elementwise, n, act_bytes=passes * c.tokens * c.dt.act.bytes, params=params)
+    return Op("norms_residual", OpKind.elementwise, n, act_bytes=scaled(c.tokens, passes, c.dt.act.bytes),
+              params=params)
 
 
 _MIXERS = {Mixer.linear: _linear_attention, Mixer.local: _local_attention}
@@ -348,7 +416,7 @@ def _embedding_and_head(c: _Ctx) -> list[Op]:
     if m.tie_word_embeddings:   # weights shared with the embedding: still read, not stored twice
         head = Op(head.name, head.kind, 1, flops=head.flops, weight_bytes=V * h / tp * c.dt.weight.bytes,
                   act_bytes=head.act_bytes)
-    embed = Op("embedding", OpKind.elementwise, 1, act_bytes=2 * c.tokens * h * c.dt.act.bytes,
+    embed = Op("embedding", OpKind.elementwise, 1, act_bytes=scaled(c.tokens, 2, h, c.dt.act.bytes),
                params=embed_params)
     return [embed, head]
 
@@ -358,24 +426,49 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
     pair up one to one: work and traffic add, weights are read once (the larger touched set).
     Attention is the exception: decode and prefill attention run as their own kernels (paged
-    decode vs FlashAttention prefill), each at its own efficiency, so both are kept."""
-    out = []
+    decode vs FlashAttention prefill), each at its own efficiency, so both are kept. (The expert
+    operators of a layer share one load factor: it is combined once per pair of arrays.)"""
+    out, combined = [], {}
     for x, y in zip(a, b, strict=True):
         if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
             out += [x, replace(y, name=f"{y.name}_prefill")]
             continue
-        out.append(Op(x.name, x.kind, x.count, flops=x.flops + y.flops,
+        pair = (id(x.imbalance), id(y.imbalance))
+        if pair not in combined:
+            combined[pair] = _combined_imbalance(x.imbalance, y.imbalance)
+        out.append(Op(x.name, x.kind, x.count, flops=add_nonneg(x.flops, y.flops),
                       weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
-                      act_bytes=x.act_bytes + y.act_bytes, kv_bytes=x.kv_bytes + y.kv_bytes,
-                      comm_bytes=x.comm_bytes + y.comm_bytes, group=x.group, params=x.params,
-                      remote_bytes=x.remote_bytes + y.remote_bytes, draws=max(x.draws, y.draws),
-                      imbalance=_combined_imbalance(x.imbalance, y.imbalance), grouped=x.grouped))
+                      act_bytes=add_nonneg(x.act_bytes, y.act_bytes), kv_bytes=add_nonneg(x.kv_bytes, y.kv_bytes),
+                      comm_bytes=add_nonneg(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
+                      remote_bytes=add_nonneg(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
+                      imbalance=combined[pair], grouped=x.grouped))
     return out
+
+
+def add_nonneg(x, y):
+    """``x + y``; a scalar zero on either side of a float array adds nothing (the fields are
+    non-negative, so no ``-0.0`` can turn into ``+0.0``): the array is returned as it is."""
+    if scalar_zero(y) and isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x
+    if scalar_zero(x) and isinstance(y, np.ndarray) and y.dtype == np.float64:
+        return y
+    return x + y
+
+
+def scalar_zero(x) -> bool:
+    """Whether ``x`` is a scalar (Python, NumPy or 0-d array) equal to zero."""
+    if isinstance(x, (int, float)):
+        return x == 0
+    return getattr(x, "ndim", 1) == 0 and float(x) == 0.0
 
 
 def _combined_imbalance(gx, gy):
     """Load factor of two token groups routed together: the statistical excess ``g - 1`` goes as
-    ``1 / sqrt(assignments)``, so the excesses combine like resistors in series of their squares."""
+    ``1 / sqrt(assignments)``, so the excesses combine like resistors in series of their squares.
+    A group without excess (``g <= 1``) makes the sum infinite, so the result is 1: when either
+    side is the scalar 1 (every operator but the expert-parallel ones) it is 1 without arithmetic."""
+    if (np.ndim(gx) == 0 and float(gx) <= 1) or (np.ndim(gy) == 0 and float(gy) <= 1):
+        return 1.0 if np.ndim(gx) == np.ndim(gy) == 0 else np.ones(np.broadcast_shapes(np.shape(gx), np.shape(gy)))
     ex, ey = np.asarray(gx, float) - 1, np.asarray(gy, float) - 1
     with np.errstate(divide="ignore"):
         inv = np.where(ex > 0, ex ** -2.0, np.inf) + np.where(ey > 0, ey ** -2.0, np.inf)

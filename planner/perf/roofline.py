@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import collective_time, ep_all_to_all_time, link_of
-from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, layer_ops
+from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, add_nonneg, layer_ops, scalar_zero
 from planner.perf.parallel import Layout
 
 
@@ -40,11 +41,29 @@ class OpTime:
     memory_s: np.ndarray
     comm_s: np.ndarray
     fixed_s: np.ndarray | float = 0.0   # per-kernel latency (compute operators with work only)
-    alpha_s: np.ndarray | float = 0.0   # collectives: the latency part of comm_s
+    hw: HardwareProfile | None = None   # collectives: the profile whose link latency ``alpha_s`` is
 
-    @property
+    @cached_property
+    def alpha_s(self) -> np.ndarray | float:
+        """Collectives: the latency part of ``comm_s`` (zero where nothing is sent); computed only
+        where it is used (overlapped all-to-alls)."""
+        op = self.op
+        if self.hw is None or op.kind not in COMM_KINDS:
+            return 0.0
+        sends = (np.asarray(op.group) > 1) & (np.asarray(op.comm_bytes) > 0)
+        return np.where(sends, link_of(self.hw, op.group)[1], 0.0)
+
+    @cached_property
     def time_s(self) -> np.ndarray:
-        return self.op.count * (np.maximum(np.maximum(self.compute_s, self.memory_s), self.comm_s) + self.fixed_s)
+        """``count x (max(compute, memory, comm) + fixed)``, computed once (a step reads it for its
+        time and for its power) on fresh arrays in place; ``max(x, 0) = x`` for the non-negative
+        times of an operator without communication, so that maximum is skipped."""
+        t = np.maximum(self.compute_s, self.memory_s)
+        if not _zero(self.comm_s):
+            t = _apply(np.maximum, t, self.comm_s)
+        if not _zero(self.fixed_s):
+            t = _apply(np.add, t, self.fixed_s)
+        return t if self.op.count == 1 and isinstance(t, np.ndarray) else _apply(np.multiply, t, self.op.count)
 
     @property
     def bound(self) -> np.ndarray:
@@ -70,31 +89,39 @@ class StepTime:
     overlap: bool = False
     comm_share: float = 0.0    # compute units the overlapped all-to-all kernels take from compute
 
-    @property
+    @cached_property
     def layers_s(self) -> np.ndarray:
         if not self.overlap:
-            return sum(t.time_s for t in self.ops)
+            return _total(t.time_s for t in self.ops)
         a2a = sum((t.time_s + t.op.count * t.alpha_s for t in self.ops if t.op.kind is OpKind.all_to_all), 0.0)
         rest = sum((t.time_s + t.op.count * (t.fixed_s + t.alpha_s)
                     for t in self.ops if t.op.kind is not OpKind.all_to_all), 0.0)
         return np.maximum(rest + self.comm_share * a2a, a2a)
 
-    @property
+    @cached_property
     def total_s(self) -> np.ndarray:
         return self.layers_s + self.overhead_s
 
     def time_by_bound(self) -> dict[Bound, np.ndarray]:
         """Seconds of the operators limited by each resource (numeric masks: this runs on every
-        candidate and load point of a search, so no per-element strings)."""
-        out = {b: 0.0 for b in Bound}
+        candidate and load point of a search, so no per-element strings). Each part is the sum,
+        in operator order, of the times of the operators it holds, accumulated in place (adding
+        an operator's time only where it is of that bound: elsewhere the sum gains an exact 0)."""
+        shape = np.broadcast_shapes(*(np.shape(x) for t in self.ops for x in (t.time_s, t.comm_s, t.compute_s,
+                                                                                 t.memory_s)))
+        out = {b: np.zeros(shape) for b in Bound}
         for t in self.ops:
             ts = t.time_s
             comm = np.asarray(t.comm_s) > 0
-            compute = ~comm & (np.asarray(t.compute_s) >= np.asarray(t.memory_s))
-            out[Bound.comm] = out[Bound.comm] + np.where(comm, ts, 0.0)
-            out[Bound.compute] = out[Bound.compute] + np.where(compute, ts, 0.0)
-            out[Bound.memory] = out[Bound.memory] + np.where(comm | compute, 0.0, ts)
-        return out
+            compute = np.asarray(t.compute_s) >= np.asarray(t.memory_s)
+            if comm.any():
+                np.add(out[Bound.comm], ts, out=out[Bound.comm], where=comm)
+                compute = ~comm & compute
+                np.add(out[Bound.memory], ts, out=out[Bound.memory], where=~(comm | compute))
+            else:
+                np.add(out[Bound.memory], ts, out=out[Bound.memory], where=~compute)
+            np.add(out[Bound.compute], ts, out=out[Bound.compute], where=compute)
+        return {b: v if v.ndim else v[()] for b, v in out.items()}
 
     @property
     def bound(self) -> np.ndarray:
@@ -102,6 +129,25 @@ class StepTime:
         parts = self.time_by_bound()
         stacked = np.stack(np.broadcast_arrays(*(parts[b] for b in Bound)))
         return np.array([b.value for b in Bound], dtype=object)[np.argmax(stacked, axis=0)]
+
+
+_zero = scalar_zero          # an operator without that part
+
+
+def _apply(ufunc, a, b):
+    """``ufunc(a, b)``, in place in ``a`` (a temporary of the caller's) when it already has the
+    result's shape: the same values without another full-size allocation."""
+    if isinstance(a, np.ndarray) and a.ndim and np.broadcast_shapes(a.shape, np.shape(b)) == a.shape:
+        return ufunc(a, b, out=a)
+    return ufunc(a, b)
+
+
+def _total(parts) -> np.ndarray:
+    """``sum(parts)`` (left to right, as Python's ``sum`` adds them), accumulated in place."""
+    acc = 0
+    for x in parts:
+        acc = _apply(np.add, acc, x) if isinstance(acc, np.ndarray) and acc.ndim else acc + x
+    return acc
 
 
 def operand_dtype(op: Op, dtypes: DTypes) -> DType:
@@ -116,18 +162,17 @@ def operand_dtype(op: Op, dtypes: DTypes) -> DType:
 
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     """Roofline time of one operator with the efficiencies that apply to its kind (see
-    ``efficiency_of`` for which figure each one takes)."""
+    ``efficiency_of`` for which figure each one takes). Exact shortcuts only: a load factor of 1
+    is not multiplied in, and where every row reads weights the kernel latency is one number."""
     eff = hw.efficiency
     fmt = hw.compute_dtype(operand_dtype(op, dtypes))
     flops = np.asarray(op.flops, dtype=float)
     weight = np.asarray(op.weight_bytes, dtype=float)
-    moved = np.asarray(op.act_bytes, dtype=float) + np.asarray(op.kv_bytes, dtype=float)
+    moved = add_nonneg(np.asarray(op.act_bytes, dtype=float), np.asarray(op.kv_bytes, dtype=float))
     peak, bw = hw.peak_flops_per_s(fmt), hw.memory.bandwidth.value
     if op.kind in COMM_KINDS:
-        sends = (np.asarray(op.group) > 1) & (np.asarray(op.comm_bytes) > 0)
-        alpha = np.where(sends, link_of(hw, op.group)[1], 0.0)
         return OpTime(op, flops / (peak * eff.gemm_plateau(fmt)), (weight + moved) / (bw * eff.memory.value),
-                      _comm_time(hw, op, dtypes), alpha_s=alpha)
+                      _comm_time(hw, op, dtypes), hw=hw)
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
         keys = np.maximum(np.asarray(op.keys, dtype=float), 1.0)
         att = eff.attention
@@ -136,12 +181,34 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
         grouped = eff.grouped_gemm.value if op.grouped else 1.0
-        compute = flops * load / (peak * eff.gemm_plateau(fmt) * grouped)
         by_format = eff.memory_by_format.get(dtypes.weight) if op.kind is OpKind.gemm else None
         stream = (by_format or eff.memory).value
-        memory = weight / (bw * stream) + moved * load / (bw * eff.memory.value)
-    busy = (flops > 0) | (weight + moved > 0)
-    return OpTime(op, compute, memory, np.zeros(()), eff.kernel_latency.value * busy)
+        denom = peak * eff.gemm_plateau(fmt) * grouped
+        compute = flops / denom if _ones(load, flops.shape) else _apply(np.divide, flops * load, denom)  # x * 1 = x
+        per_byte = bw * eff.memory.value
+        streamed = moved / per_byte if _ones(load, moved.shape) else _apply(np.divide, moved * load, per_byte)
+        memory = _apply(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
+    if weight.size and bool(np.all(weight > 0)):
+        fixed = eff.kernel_latency.value     # every row is busy (a row with NaN work times NaN either way)
+    else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
+        fixed = eff.kernel_latency.value * _busy(flops, moved if _zero(weight) else weight + moved)
+    return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def _busy(flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """``(flops > 0) | (nbytes > 0)``; a scalar zero side is left out."""
+    if _zero(flops):
+        return nbytes > 0
+    if _zero(nbytes):
+        return flops > 0
+    return (flops > 0) | (nbytes > 0)
+
+
+def _ones(load: np.ndarray, shape: tuple) -> bool:
+    """Whether ``load`` is 1 everywhere and no larger than ``shape`` (so ``x * load`` is ``x``);
+    only small arrays are looked at."""
+    return np.broadcast_shapes(load.shape, shape) == shape and (load.size == 1 or load.size * 8 <= int(
+        np.prod(shape))) and bool(np.all(load == 1.0))
 
 
 def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:

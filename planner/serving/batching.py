@@ -22,7 +22,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import step_time as measured_step_time
 from planner.perf.measured import table_for
-from planner.perf.ops import DTypes, Step, layer_ops, merge_ops, mtp_draft_ops
+from planner.perf.ops import DTypes, Step, layer_ops, merge_ops, mtp_draft_ops, scaled
 from planner.perf.parallel import Layout
 from planner.perf.power import step_power_w
 from planner.perf.roofline import build_step
@@ -84,10 +84,11 @@ class Iteration:
 
 
 def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
-              prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION) -> Iteration:
+              prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION, power: bool = True) -> Iteration:
     """One iteration's time and power: the roofline's, or a measured step-time table's where one is
-    in use for this hardware (``perf.measured``; power stays the roofline's)."""
-    it = _roofline_iteration(model, hw, lay, dtypes, n_decode, decode_ctx, prefill_tokens, prompt_len, spec)
+    in use for this hardware (``perf.measured``; power stays the roofline's). ``power=False``: the
+    power is not computed (NaN), for callers that only need times."""
+    it = _roofline_iteration(model, hw, lay, dtypes, n_decode, decode_ctx, prefill_tokens, prompt_len, spec, power)
     table = table_for(hw.name)
     if table is None:
         return it
@@ -105,19 +106,28 @@ def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
 
 
 def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
-                        prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION) -> Iteration:
+                        prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION,
+                        power: bool = True) -> Iteration:
     """One iteration of ``n_decode`` decoding sequences (mean context ``decode_ctx``) and
     ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
     parallelism the batch is split in ``pp`` micro-batches that each cross every stage. With
     speculation each decoding sequence verifies ``1 + k`` tokens and runs ``k`` draft passes."""
     pp, k = lay.pp, spec.draft_tokens
     n = np.asarray(n_decode, float) / pp
-    dec = layer_ops(model, lay, Step.of(n, 1.0 + k, decode_ctx), dtypes)
-    pre = layer_ops(model, lay, Step.of(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
-                                        prompt_len, 0.0), dtypes)
-    ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.of(n, 1.0, decode_ctx), dtypes, passes=k)
+    dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx), dtypes)
+    pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
+                                          prompt_len, 0.0), dtypes)
+    ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx), dtypes, passes=k)
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
         prompt_len, float))
-    tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
-    p2p = collective_time(hw, "p2p", tokens * model.hidden_size * dtypes.act.bytes, lay.devices)
-    return Iteration(st.total_s + np.where(pp > 1, pp * p2p, 0.0), step_power_w(hw, st))
+    total = st.total_s
+    if np.any(pp > 1):
+        tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
+        p2p = collective_time(hw, "p2p", scaled(tokens, model.hidden_size, dtypes.act.bytes), lay.devices)
+        total = total + np.where(pp > 1, pp * p2p, 0.0)
+    else:       # no pipeline: the p2p term is 0 everywhere (x + 0 = x), added only if it widens the shape
+        shape = np.broadcast_shapes(np.shape(n_decode), np.shape(prefill_tokens), np.shape(lay.attention_dp),
+                                    np.shape(lay.devices))
+        if np.broadcast_shapes(np.shape(total), shape) != np.shape(total):
+            total = total + np.zeros(shape)
+    return Iteration(total, step_power_w(hw, st) if power else np.full(np.shape(total), np.nan))

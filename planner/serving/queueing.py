@@ -133,15 +133,16 @@ class LoadGrid:
 
 
 def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
-              stats: LengthStats, grid: int = GRID) -> LoadGrid:
-    """Decode-batch grid of each candidate and the iteration times along it (one roofline call)."""
+              stats: LengthStats, grid: int = GRID, power: bool = True) -> LoadGrid:
+    """Decode-batch grid of each candidate and the iteration times along it (one roofline call;
+    ``power=False``: iteration powers not computed, NaN, for searches that rank by speed only)."""
     n_max, limit = max_decode_batch(model, hw, lay, dtypes, engine, stats)
     n_max = np.atleast_1d(n_max)
     # mean decode batch from N_LIGHT (an instance idle most of the time) up to n_max
     frac = np.linspace(0.0, 1.0, grid)[None, :]
     top = np.maximum(n_max[:, None], 1.0)
     n = np.where(n_max[:, None] >= 1, N_LIGHT * (top / N_LIGHT) ** frac, np.nan)
-    L = Layout.of(*(np.atleast_1d(x)[:, None] for x in (lay.tp, lay.ep, lay.pp)))
+    L = Layout.of(*(np.atleast_1d(x)[:, None, None] for x in (lay.tp, lay.ep, lay.pp)))
     Lp, ctx = stats.mean_prompt_len, stats.mean_decode_ctx
     spec = engine.speculation
     verify = 1.0 + spec.draft_tokens           # tokens verified per sequence
@@ -155,20 +156,23 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     # not one prompt per iteration, is the prefill server's capacity (it matters for short prompts).
     packed = np.maximum(room, chunk) if engine.chunked_prefill else np.maximum(C, chunk) + 0 * n
     busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
-    n_with_chunk = busy_n if engine.chunked_prefill else 0 * n
-    it = iteration(model, hw, L, dtypes, np.concatenate([busy_n, n_with_chunk, n_with_chunk], 1), ctx,
-                   np.concatenate([0 * n, chunk, packed], 1), Lp, spec)
-    t_dec, t_chunk, t_packed = np.split(it.time_s, 3, axis=1)
-    p_dec, p_chunk, _ = np.split(it.power_w, 3, axis=1)
+    # three iterations per point, (candidates, 3, grid): decodes alone, with a chunk, packed; with
+    # chunked prefill all three carry the same decodes, so their operators are built once (axis 1
+    # broadcasts) - the same values as three separate calls
+    dec = busy_n[:, None, :] if engine.chunked_prefill else np.stack([busy_n, 0 * n, 0 * n], axis=1)
+    it = iteration(model, hw, L, dtypes, dec, ctx, np.stack([0 * n, chunk, packed], axis=1), Lp, spec, power)
+    t_dec, t_chunk, t_packed = (it.time_s[:, k] for k in range(3))
+    p_dec, p_chunk = it.power_w[:, 0], it.power_w[:, 1]
     return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk)
 
 
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                   stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID,
-                  load: LoadGrid | None = None) -> Curve:
+                  load: LoadGrid | None = None, power: bool = True) -> Curve:
     """Steady-state metrics of each candidate layout on a grid of decode batch sizes (``load``: the
-    candidates' ``load_grid``, if already computed for the same engine, layouts and lengths)."""
-    g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid)
+    candidates' ``load_grid``, if already computed for the same engine, layouts and lengths;
+    ``power=False``: powers left NaN, for callers that do not read them)."""
+    g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid, power)
     n, n_max, limit, chunk, packed = g.n, g.n_max, g.limit, g.chunk, g.packed
     t_dec, t_chunk, t_packed, p_dec, p_chunk = g.t_dec, g.t_chunk, g.t_packed, g.p_dec, g.p_chunk
     I, O = stats.mean_prefill, stats.mean_output  # noqa: E741
