@@ -44,6 +44,10 @@ class Point(Frozen):
     mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
     tpot_bound_s: float | None = Field(None, gt=0, description="latency-bounded metrics: the TPOT bound of the load")
+    max_num_seqs: int | None = Field(None, ge=1, description="the engine's batch-size limit in the run, where the "
+                                     "source's tool sized it (else the framework's default)")
+    max_batched_tokens: int | None = Field(None, ge=16, description="the engine's tokens per iteration in the run, "
+                                           "where the source's tool sized it")
     metric: Metric
     value: float = Field(gt=0)
     source: str
@@ -112,7 +116,7 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
         return _at_tpot_bound(p, fw, kw)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
-                         tuple(kw.items()))
+                         tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens)
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(_replayed(p.model), fw.apply(hardware(p.hardware)), batch=p.batch or 1, input_len=p.input_len,
@@ -148,13 +152,19 @@ def _replayed(name: str):
 
 @lru_cache(maxsize=4096)
 def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_len: int, concurrency: int | None,
-                 deploy: tuple):
-    """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run."""
+                 deploy: tuple, max_num_seqs: int | None = None, max_batched_tokens: int | None = None):
+    """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run (with
+    the engine sizes the run used, where the point states them)."""
     from planner.serving.closed_loop import throughput
 
     fw = Framework.model_validate_json(fw_json)
+    engine = fw.engine()
+    sized = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens))
+             if v is not None}
+    if sized:
+        engine = engine.model_copy(update=sized)
     return throughput(_replayed(model), fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
-                      concurrency=concurrency, engine=fw.engine(), **dict(deploy))
+                      concurrency=concurrency, engine=engine, **dict(deploy))
 
 
 def phase(metric: str) -> str:

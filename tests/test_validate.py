@@ -117,3 +117,22 @@ def test_cloudmatrix384_decode_at_tpot_bounds():
     at15 = decode_at_tpot_bound(p, 0.015)
     assert at15["batch_per_device"] == 0 and at15["min_tpot_s"] > 0.015
     assert at15["min_tpot_s"] == pytest.approx(0.0149, rel=0.25)
+
+
+def test_trtllm_bench_engine_sizes_are_its_heuristic():
+    # trtllm-bench sizes max_batch_size / max_num_tokens per run (validation/trtllm_bench_sizing.py):
+    # Llama-3.1-8B FP8 on one H100 at 128/128: KV 2 x 32 x 8 x 128 x 1 B = 64 KiB per token; engine
+    # 8.03e9 B = 7.48 GiB; 0.95 x (79.65 - 7.48) GiB / (256 x 64 KiB) = 4,388 requests -> capped at
+    # 4,096; tokens min(4,096 x 2, 32,768) = 8,192.
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("sizing", root / "validation/trtllm_bench_sizing.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.sizing("llama-3.1-8b", "h100-sxm", 1, 1, "fp8", "fp8", 128, 128) == (4096, 8192)
+    text = mod.FILE.read_text()
+    assert mod.rewrite(text) == text                 # every trtllm-bench point carries its sizes
+    sized = [p for p in load_points().points if p.source == "trtllm_perf_2025"]
+    assert sized and all(p.max_num_seqs and p.max_batched_tokens for p in sized)
