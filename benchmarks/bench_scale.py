@@ -5,7 +5,9 @@ and the colocated search, over wide layout spaces (every hardware profile, tp/ep
 pp 1..94, weight dtypes), printing candidates, seconds, candidates/s, the process's peak RSS and the
 search's CPU seconds (less disturbed than wall time by other work on a shared machine).
 Spaces beyond the catalog's distinct candidates list hardware profiles more than once: the same
-work per candidate, counted as separate candidates.
+work per candidate, counted as separate candidates. ``--workers N`` runs each search on N local
+processes (the answer is the same); then the RSS printed is the parent's, the workers' largest
+beside it, and the CPU seconds include the workers'.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def space(size: int) -> dict:
     return {"hardware": hardware * copies, "tp": tp, "ep": ep, "pp": pp, "weight_dtype": dtypes}
 
 
-def run_one(size: int, design: str) -> dict:
+def run_one(size: int, design: str, workers: int = 1) -> dict:
     import planner
     from planner.catalog.dtypes import DType
     from planner.designs.colocated import search_colocated
@@ -66,36 +68,41 @@ def run_one(size: int, design: str) -> dict:
     t, cpu = time.perf_counter(), time.process_time()
     if design == "slo-search":
         r = plan_slo_search(m, SloSearchSpec(), wl, slo, Engine(), s["hardware"], s["tp"], s["ep"], s["pp"], dts,
-                            None, "bench")
+                            None, "bench", workers=workers)
         n = r.candidates
     else:
         # profiles without a public rental price: an assumed $2/device-hour (prices only rank here)
         cost = CostModel(usd_per_h={h: 2.0 for h in set(s["hardware"]) if planner.hardware(h).price.rent is None})
-        r = search_colocated(m, wl, slo, Engine(), cost, s["hardware"], s["tp"], s["ep"], s["pp"], dts, top=9)
+        r = search_colocated(m, wl, slo, Engine(), cost, s["hardware"], s["tp"], s["ep"], s["pp"], dts, top=9,
+                             workers=workers)
         n = r.candidates
     dt, cpu = time.perf_counter() - t, time.process_time() - cpu
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)      # pool workers, once they have exited
+    cpu += kids.ru_utime + kids.ru_stime
     return {"design": design, "candidates": n, "seconds": dt, "per_s": n / dt, "peak_rss_mb": rss / 1e6,
-            "cpu_s": cpu, "per_cpu_s": n / cpu}
+            "worker_rss_mb": kids.ru_maxrss * 1024 / 1e6, "cpu_s": cpu, "per_cpu_s": n / cpu}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1000,10000,100000,1000000")
     ap.add_argument("--designs", default="slo-search,colocated")
-    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=1, help="local worker processes per search")
+    ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(run_one(int(a.one[0]), a.one[1])))
+        print(json.dumps(run_one(int(a.one[0]), a.one[1], int(a.one[2]))))
         return
     print(machine_line())
     for design in a.designs.split(","):
         for size in (int(x) for x in a.sizes.split(",")):
-            out = subprocess.run([sys.executable, __file__, "--one", str(size), design], check=True,
+            out = subprocess.run([sys.executable, __file__, "--one", str(size), design, str(a.workers)], check=True,
                                  capture_output=True, text=True).stdout
             r = json.loads(out)
-            print(f"{design:10s} {r['candidates']:>9,d} candidates in {r['seconds']:7.1f} s = {r['per_s']:7,.0f}/s, "
-                  f"peak RSS {r['peak_rss_mb']:5.0f} MB, CPU {r['cpu_s']:6.1f} s = {r['per_cpu_s']:7,.0f}/CPU-s")
+            print(f"{design:10s} x{a.workers} {r['candidates']:>9,d} candidates in {r['seconds']:7.1f} s = "
+                  f"{r['per_s']:7,.0f}/s, peak RSS {r['peak_rss_mb']:5.0f} MB (workers {r['worker_rss_mb']:4.0f} MB), "
+                  f"CPU {r['cpu_s']:6.1f} s = {r['per_cpu_s']:7,.0f}/CPU-s")
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         s = scn.search
         assert s is not None
         return plan_slo_search(m, scn.design, scn.workload, scn.slo, scn.engine, s.hardware, s.tp, s.ep, s.pp,
-                               s.weight_dtype, s.kv_dtype, scn.name)
+                               s.weight_dtype, s.kv_dtype, scn.name, workers=s.workers)
     s = scn.search
     assert s is not None
     workload, cache = scn.workload, None
@@ -128,7 +128,8 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         deployments, workload, cache = plan_with_cache(m, workload, scn.kv_cache or KVCacheSpec(), args)
     else:
         deployments = search_colocated(m, workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
-                                       s.weight_dtype, s.kv_dtype, s.max_instances, top=9).deployments
+                                       s.weight_dtype, s.kv_dtype, s.max_instances, top=9,
+                                       workers=s.workers).deployments
     best = deployments[0]
     seen, alternatives = set(), []
     for d in deployments[1:]:

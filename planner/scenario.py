@@ -55,6 +55,8 @@ class SearchSpace(Frozen):
     weight_dtype: list[DType] = [DType.bf16]
     kv_dtype: DType | None = None
     max_instances: int = Field(100_000, ge=1)
+    workers: int = Field(1, ge=1, le=256, description="local processes evaluating blocks of candidates "
+                         "(slo-search and colocated searches; the same answer on any number)")
 
     _check_lists = field_validator("tp", "ep", "pp")(_positive_list)
 

@@ -135,3 +135,20 @@ def test_slo_search_on_two_processes_equals_one():
     # every tp, ep in {1, 2, 4, 8} is valid for Mixtral (32 heads, 8 KV heads, 8 experts): 16 x 2 pp,
     # per hardware and dtype
     assert one.candidates == 2 * 2 * 32
+
+
+def test_colocated_search_on_two_processes_equals_one():
+    # each block is reduced to its own cheapest rows in the worker; merging blocks' rows keeps what
+    # one pass over every candidate keeps (ties in search order), with and without powers
+    from planner.designs.colocated import search_colocated
+    from planner.perf.cost import CostModel
+
+    wl = Workload(rate=30, trace="azure-conv-2023")
+    slo = SLO(ttft_s={"p90": 1.0}, tpot_s={"p90": 0.05})
+    args = (planner.model("mixtral-8x7b"), wl, slo, Engine(), CostModel(), ["h100-sxm", "mi300x", "h200"],
+            [1, 2, 4, 8], [1, 2, 4, 8], [1, 2], [DType.bf16, DType.fp8])
+    for top in (5, None):
+        one = search_colocated(*args, top=top, block=7)
+        two = search_colocated(*args, top=top, block=7, workers=2)
+        assert one.candidates == two.candidates
+        assert [d.model_dump() for d in two.deployments] == [d.model_dump() for d in one.deployments]

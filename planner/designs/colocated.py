@@ -6,6 +6,7 @@ rate, and says which constraint binds.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -95,17 +96,37 @@ def _binding(curve: Curve, ok: np.ndarray, slo: SLO, row: int) -> str:
     return "slo_attainment"
 
 
-def evaluate_candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[int], pp: list[int],
-                        weight_dtypes: list[DType], kv_dtype: DType | None, engine: Engine, stats: LengthStats,
-                        arrival_scv: float, slo: SLO, block: int = BLOCK,
-                        power: bool = True) -> Iterator[tuple[int, np.ndarray, _Evaluated]]:
-    """``(group, candidate indices, evaluated block)`` over every candidate, ``block`` at a time
-    (group: the rank of the hardware and dtype in the search; ``power=False``: powers left NaN)."""
+def _block_jobs(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[int], pp: list[int],
+                weight_dtypes: list[DType], kv_dtype: DType | None, engine: Engine, block: int) -> Iterator[tuple]:
+    """``(group, candidate indices, hardware, layouts, dtypes)`` of every block, in search order
+    (group: the rank of the hardware and dtype in the search)."""
     for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
                                                            engine.framework)):
         for index, sub in blocks(lay, block):
-            curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv, power=power)
-            yield group, index, _Evaluated(hw, dtypes, sub, curve, slo_ok(curve, slo))
+            yield group, index, hw, sub, dtypes
+
+
+def _reduce_block(job, model, engine, stats, arrival_scv, slo, power, rate, cost, max_instances,
+                  top) -> tuple[int, _LightLoad, list[tuple]]:
+    """One block evaluated (``power=False``: powers left NaN) and reduced at once to what the
+    answer needs: its light-load figures and its ``top`` cheapest distinct candidates (one task:
+    picklable for a process pool; merging blocks' rows gives what one pass over all keeps)."""
+    group, index, hw, sub, dtypes = job
+    steady_heap()                    # once per process: pool workers too
+    curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv, power=power)
+    ev = _Evaluated(hw, dtypes, sub, curve, slo_ok(curve, slo))
+    light, keep = _LightLoad(), _Cheapest(top)
+    light.add(curve)
+    max_ok = np.where(ev.ok, curve.rate, -np.inf).max(axis=1)
+    i = np.flatnonzero(max_ok > 0)
+    k = np.ceil(rate / max_ok[i] * (1 - 1e-9)).astype(np.int64)
+    i, k = i[k <= max_instances], k[k <= max_instances]
+    if i.size:
+        acc = k * curve.devices[i]
+        dev_power = interpolate(curve.rows(i), curve.power_w[i], rate / k) if cost.owned else np.zeros(i.size)
+        usd = acc * _usd_per_device_hour(cost, hw, dev_power)
+        keep.add(ev, i, k, usd, acc, (np.int64(group) << 40) + index[i])
+    return index.size, light, keep.rows
 
 
 @dataclass(frozen=True)
@@ -125,11 +146,14 @@ def plan_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Engin
 def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
                      hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
                      kv_dtype: DType | None = None, max_instances: int = 100_000, top: int | None = None,
-                     block: int = BLOCK) -> ColocatedSearch:
+                     block: int = BLOCK, workers: int = 1) -> ColocatedSearch:
     """The ``top`` cheapest deployments of distinct (hardware, layout, dtype) (all if None) that
     meet the SLOs at the workload's rate, streaming: each block of candidates is ranked by cost
     as arrays and only the survivors become ``Deployment`` objects, so with ``top`` memory is
-    O(block + top). Ties (equal $/h and accelerators) keep the search order."""
+    O(block + top). Ties (equal $/h and accelerators) keep the search order. ``workers`` > 1
+    evaluates blocks on that many local processes, merged in search order (the same answer)."""
+    from planner.perf.measured import active
+
     steady_heap()
     stats = length_stats(workload)
     rate = workload.request_rate
@@ -139,20 +163,24 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
     # a rented device's price does not depend on its power: then only the survivors need powers,
     # recomputed for them at the end (row by row the same numbers), and the blocks skip them
     power = cost.owned or top is None
-    for group, index, ev in evaluate_candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine, stats,
-                                                workload.arrival.scv, slo, block, power):
-        count += index.size
-        light.add(ev.curve)
-        c = ev.curve
-        max_ok = np.where(ev.ok, c.rate, -np.inf).max(axis=1)
-        i = np.flatnonzero(max_ok > 0)
-        k = np.ceil(rate / max_ok[i] * (1 - 1e-9)).astype(np.int64)
-        i, k = i[k <= max_instances], k[k <= max_instances]
-        if i.size:
-            acc = k * c.devices[i]
-            dev_power = interpolate(c.rows(i), c.power_w[i], rate / k) if cost.owned else np.zeros(i.size)
-            usd = acc * _usd_per_device_hour(cost, ev.hw, dev_power)
-            keep.add(ev, i, k, usd, acc, (np.int64(group) << 40) + index[i])
+    jobs = _block_jobs(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine, block)
+    task = functools.partial(_reduce_block, model=model, engine=engine, stats=stats,
+                             arrival_scv=workload.arrival.scv, slo=slo, power=power, rate=rate, cost=cost,
+                             max_instances=max_instances, top=top)
+    def merge(parts) -> None:
+        nonlocal count
+        for n, part_light, rows in parts:
+            count += n
+            light.merge(part_light)
+            keep.merge(rows)
+
+    if workers > 1 and not active():  # measured tables live in this process: then it runs here
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            merge(pool.map(task, jobs, chunksize=8))   # a chunk pickles the task and its arguments once
+    else:
+        merge(map(task, jobs))
     if not keep.rows:
         raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count))
     survivors = [(ev, k) if power else (_with_power(ev, model, engine, stats, workload.arrival.scv, slo), k)
@@ -205,6 +233,12 @@ class _Cheapest:
         if self.top is not None:
             self.rows = self._distinct(sorted(self.rows, key=lambda r: r[:3]))[:self.top]
 
+    def merge(self, rows: list[tuple]) -> None:
+        """Another block's kept rows (its ``top`` cheapest distinct ones)."""
+        self.rows += rows
+        if self.top is not None:
+            self.rows = self._distinct(sorted(self.rows, key=lambda r: r[:3]))[:self.top]
+
     @staticmethod
     def _distinct(rows: list[tuple]) -> list[tuple]:
         seen, out = set(), []
@@ -244,6 +278,11 @@ class _LightLoad:
                 v = np.nanmin(getattr(curve, metric)[p][:, 0])
                 key = f"{metric}_s.{p}"
                 self.best[key] = min(self.best.get(key, v), v)
+
+    def merge(self, other: _LightLoad) -> None:
+        self.fits = self.fits or other.fits
+        for key, v in other.best.items():
+            self.best[key] = min(self.best.get(key, v), v)
 
 
 def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: CostModel, stats: LengthStats,

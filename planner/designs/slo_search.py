@@ -89,11 +89,13 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
 
     task = functools.partial(_evaluate_block, model=model, engine=engine, stats=stats, workload=workload, slo=slo,
                              spec=spec, tpot_max=tpot_max, share=share)
-    if workers > 1:                  # blocks in parallel; merged in order, so the answer is the same
+    from planner.perf.measured import active
+
+    if workers > 1 and not active():  # blocks in parallel; merged in order, so the answer is the same
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(workers) as pool:
-            for part in pool.map(task, jobs()):
+            for part in pool.map(task, jobs(), chunksize=8):   # a chunk pickles the task once
                 acc.merge(part)
     else:
         for part in map(task, jobs()):

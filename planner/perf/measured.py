@@ -170,6 +170,12 @@ def uncounted() -> Iterator[None]:
             use.counting = was
 
 
+def active() -> bool:
+    """Whether measured tables are in use here (a context variable: worker processes do not see
+    them, so a search that would fan out runs in this process instead)."""
+    return _ACTIVE.get() is not None
+
+
 def table_for(hw_name: str) -> MeasuredTable | None:
     use = _ACTIVE.get()
     return None if use is None else use.tables.get(hw_name)
