@@ -152,3 +152,14 @@ def test_colocated_search_on_two_processes_equals_one():
         two = search_colocated(*args, top=top, block=7, workers=2)
         assert one.candidates == two.candidates
         assert [d.model_dump() for d in two.deployments] == [d.model_dump() for d in one.deployments]
+
+
+def test_searches_with_measured_tables_stay_in_process():
+    # measured step-time tables are a context variable of this process: a search using them must not
+    # fan out to workers (which would time the roofline instead)
+    from planner.run import run_scenario
+
+    scn = load_scenario(ROOT / "scenarios/measured-llama70b-h100.yaml")
+    one = run_scenario(scn).model_dump()
+    two = run_scenario(scn.model_copy(update={"search": scn.search.model_copy(update={"workers": 2})})).model_dump()
+    assert two["best"] == one["best"] and two["notes"] == one["notes"]
