@@ -56,7 +56,8 @@ class SearchSpace(Frozen):
     kv_dtype: DType | None = None
     max_instances: int = Field(100_000, ge=1)
     workers: int = Field(1, ge=1, le=256, description="local processes evaluating blocks of candidates "
-                         "(slo-search and colocated searches; the same answer on any number)")
+                         "(slo-search and colocated searches; the same answer on any number; a session "
+                         "workload's plan, one candidate at a time, runs in one process)")
 
     _check_lists = field_validator("tp", "ep", "pp")(_positive_list)
 

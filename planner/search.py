@@ -116,6 +116,22 @@ def blocks(lay: Layout, size: int) -> Iterator[tuple[np.ndarray, Layout]]:
         yield sel, Layout(lay.tp[sel], lay.ep[sel], lay.pp[sel])
 
 
+def map_blocks(task, jobs, workers: int = 1) -> Iterator:
+    """``task`` over ``jobs`` (blocks of candidates), results in job order: in this process, or on
+    ``workers`` local processes with tasks sent in chunks of 8 (a chunk pickles the task and its
+    arguments once). Measured step-time tables are a context variable of this process, which
+    workers would not see: while tables are in use the blocks are evaluated here."""
+    from planner.perf.measured import active
+
+    if workers <= 1 or active():
+        yield from map(task, jobs)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers) as pool:
+        yield from pool.map(task, jobs, chunksize=8)
+
+
 class RunningFront:
     """Two-objective Pareto front (both minimized) of a stream of point blocks, with payload rows.
 

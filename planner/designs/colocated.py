@@ -24,7 +24,7 @@ from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, blocks, candidates, steady_heap
+from planner.search import BLOCK, blocks, candidates, map_blocks, steady_heap
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
 from planner.serving.slo import PERCENTILES, SLO
@@ -152,8 +152,6 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
     as arrays and only the survivors become ``Deployment`` objects, so with ``top`` memory is
     O(block + top). Ties (equal $/h and accelerators) keep the search order. ``workers`` > 1
     evaluates blocks on that many local processes, merged in search order (the same answer)."""
-    from planner.perf.measured import active
-
     steady_heap()
     stats = length_stats(workload)
     rate = workload.request_rate
@@ -167,20 +165,10 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
     task = functools.partial(_reduce_block, model=model, engine=engine, stats=stats,
                              arrival_scv=workload.arrival.scv, slo=slo, power=power, rate=rate, cost=cost,
                              max_instances=max_instances, top=top)
-    def merge(parts) -> None:
-        nonlocal count
-        for n, part_light, rows in parts:
-            count += n
-            light.merge(part_light)
-            keep.merge(rows)
-
-    if workers > 1 and not active():  # measured tables live in this process: then it runs here
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers) as pool:
-            merge(pool.map(task, jobs, chunksize=8))   # a chunk pickles the task and its arguments once
-    else:
-        merge(map(task, jobs))
+    for n, part_light, rows in map_blocks(task, jobs, workers):
+        count += n
+        light.merge(part_light)
+        keep.merge(rows)
     if not keep.rows:
         raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count))
     survivors = [(ev, k) if power else (_with_power(ev, model, engine, stats, workload.arrival.scv, slo), k)

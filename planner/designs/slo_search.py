@@ -22,7 +22,7 @@ from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, RunningFront, blocks, candidates, steady_heap
+from planner.search import BLOCK, RunningFront, blocks, candidates, map_blocks, steady_heap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
 from planner.serving.slo import SLO
@@ -89,17 +89,8 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
 
     task = functools.partial(_evaluate_block, model=model, engine=engine, stats=stats, workload=workload, slo=slo,
                              spec=spec, tpot_max=tpot_max, share=share)
-    from planner.perf.measured import active
-
-    if workers > 1 and not active():  # blocks in parallel; merged in order, so the answer is the same
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers) as pool:
-            for part in pool.map(task, jobs(), chunksize=8):   # a chunk pickles the task once
-                acc.merge(part)
-    else:
-        for part in map(task, jobs()):
-            acc.merge(part)
+    for part in map_blocks(task, jobs(), workers):   # merged in order: the same answer on any number
+        acc.merge(part)
     if not acc.best:
         from planner.errors import InfeasibleError
 
