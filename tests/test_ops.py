@@ -98,8 +98,41 @@ def test_tp_all_reduce_time_by_hand():
     ops = layer_ops(m, Layout.of(8, 1, 1), Step.of(1, 1000, 0), BF16)
     ar = next(o for o in ops if o.name == "ffn_all_reduce")
     payload = 1000 * 8192 * 2
-    expected = 2 * 7 / 8 * payload / (450e9 * 1.0) + 10e-6      # ring, busbw convention, + latency
-    assert float(op_time(hw, ar, BF16).comm_s) == pytest.approx(expected)
+    # alpha-beta alone (a profile without a measured sweep): busbw convention + one latency
+    bare = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(update={"all_reduce_sweep": None})})
+    expected = 2 * 7 / 8 * payload / (450e9 * 1.0) + 10e-6
+    assert float(op_time(bare, ar, BF16).comm_s) == pytest.approx(expected)
+    # with the bundled 8x H100 NCCL sweep: 16,384,000 B lies between 8 MiB (172.13 GB/s) and
+    # 16 MiB (234.45 GB/s), log-interpolated: 232.3 GB/s busbw -> 123 us, above the alpha-beta
+    # 73.7 us and below a one-shot kernel's 7 x 16.4 MB / 450 GB/s + 10 us = 265 us
+    frac = np.log(payload / 8388608) / np.log(2)
+    busbw = (172.13 + frac * (234.45 - 172.13)) * 1e9
+    assert float(op_time(hw, ar, BF16).comm_s) == pytest.approx(2 * 7 / 8 * payload / busbw)
+    assert float(op_time(hw, ar, BF16).comm_s) == pytest.approx(123.4e-6, rel=2e-3)
+
+
+def test_measured_all_reduce_curve_bounds():
+    """min(one-shot, max(alpha-beta, measured)): a 32 KiB all-reduce of 8 GPUs takes the one-shot
+    kernel (10 us + 7 x 32 KiB / 450 GB/s, where NCCL measured 33.5 us); the time grows with the
+    message, is never below the alpha-beta bound, and ring engines (vllm-2023) keep their form."""
+    from planner.catalog.frameworks import framework
+    from planner.perf.comm import collective_time
+
+    hw = planner.hardware("h100-sxm")
+    assert float(collective_time(hw, "all_reduce", 32768, 8)) == pytest.approx(10e-6 + 7 * 32768 / 450e9)
+    sizes = np.geomspace(1e3, 8e9, 200)
+    t = collective_time(hw, "all_reduce", sizes, 8)
+    assert np.all(np.diff(t) > 0)
+    assert np.all(t >= 2 * 7 / 8 * sizes / 450e9 + 10e-6 - 1e-15)
+    ring = framework("vllm-2023").apply(hw)
+    hop = ring.scale_up.ring_hop_latency.value
+    link = ring.scale_up.bandwidth_per_direction.value * ring.efficiency.scale_up.value   # x its link scale
+    ring_t = float(collective_time(ring, "all_reduce", 8388608, 8))
+    assert ring_t == pytest.approx(2 * 7 / 8 * 8388608 / link + 14 * hop)
+    # more link bandwidth is never slower
+    fast = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(update={
+        "bandwidth_per_direction": hw.scale_up.bandwidth_per_direction.model_copy(update={"value": 900e9})})})
+    assert np.all(collective_time(fast, "all_reduce", sizes, 8) <= t + 1e-15)
 
 
 def test_vectorized_over_candidates():

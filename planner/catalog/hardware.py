@@ -109,6 +109,40 @@ class HostMemory(Frozen):
     bandwidth: Bandwidth                 # per direction, the lesser of the link and DRAM shares
 
 
+def microbenchmarks_dir() -> Path:
+    """The bundled microbenchmark sweeps (``validation/microbenchmarks``): in the installed wheel
+    or the source checkout."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here / "_data" / "validation" / "microbenchmarks",
+                      here.parent / "validation" / "microbenchmarks"):
+        if candidate.is_dir():
+            return candidate
+    raise InputError(f"bundled validation/microbenchmarks/ not found next to {here}")
+
+
+class AllReduceSweep(Frozen):
+    """A measured all-reduce curve of this link (nccl-tests ``all_reduce_perf`` busbw against
+    message size, CSV ``size_bytes,busbw_gbs``): a file name in ``validation/microbenchmarks`` or
+    a path. Mid-size all-reduces (the MBs of a TP decode step) reach far less than the link's
+    large-message bus bandwidth (H100 NVLink: 172 GB/s at 8 MiB vs 479 GB/s at 8 GiB), which the
+    alpha-beta form with a one-shot kernel's latency does not capture; ``comm.py`` uses it."""
+
+    file: str
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+    @property
+    def path(self) -> Path:
+        p = Path(self.file)
+        return p if p.is_absolute() else microbenchmarks_dir() / p
+
+    @model_validator(mode="after")
+    def _exists(self) -> AllReduceSweep:
+        if not self.path.is_file():
+            raise ValueError(f"all-reduce sweep file {self.file!r} not found (looked at {self.path})")
+        return self
+
+
 class Link(Frozen):
     """A network a device reaches peers over. Bandwidth is per device, per direction."""
 
@@ -117,6 +151,7 @@ class Link(Frozen):
     domain_size: Count | None = None
     latency: Seconds                     # of one collective (one-shot / NVLS all-reduce, one all-to-all)
     ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
+    all_reduce_sweep: AllReduceSweep | None = None   # measured busbw vs size inside the domain (comm.py)
     topology: Literal["switched", "torus2d"] = "switched"   # torus2d: 4 ports per device (TPU ICI, NeuronLink)
 
 

@@ -9,6 +9,16 @@ otherwise the slowest hop, the scale-out NIC, bounds it.
   the link's one-collective latency (one-shot / NVLS kernels of modern engines), or, where the
   link gives a ``ring_hop_latency`` (NCCL ring, as engines without custom all-reduce use),
   ``2 (n-1)`` hops of it: small all-reduces then cost more the larger the TP group;
+  Where the profile's link holds a measured all-reduce sweep (``all_reduce_sweep``: nccl-tests
+  busbw against message size inside the domain) and the engine does not ring, the time is
+  ``min(one-shot, max(alpha-beta, measured))``: engines pick a one-shot kernel for small
+  messages - every device reads its ``n-1`` peers' buffers, ``lat + (n-1) S / B`` - and the
+  collective library above the crossover (vLLM's custom all-reduce stops at 256 KiB-8 MiB by
+  world size, TensorRT-LLM's AUTO strategy likewise), where the measured curve holds: mid-size
+  messages, the MBs of a TP decode step, reach a fraction of the asymptotic bus bandwidth (8x
+  H100: 172 GB/s at 8 MiB vs 479 GB/s at 8 GiB). The curve is measured at its own group size
+  and used as bus bandwidth for every group inside the domain (the busbw convention normalizes
+  ``n`` at large sizes; at small ones the one-shot kernel is the faster choice anyway);
 * all-to-all where each device sends ``S`` bytes spread over ``n`` peers: ``(n-1)/n * S / B + alpha``;
 * point-to-point of ``S`` bytes: ``S / B + alpha``.
 
@@ -20,6 +30,9 @@ i.e. ``k / 2`` times the switched time (from 4 x 4 = 16 devices on; smaller grou
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -48,8 +61,30 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
     factor = 1.0 if kind == "p2p" else _SHAPE[kind] * (group - 1) / np.maximum(group, 1)
     if kind == "all_to_all" and hw.scale_up.topology == "torus2d":
         factor = factor * np.where(group <= hw.domain_size, np.maximum(np.sqrt(group) / 2, 1.0), 1.0)
-    t = factor * np.asarray(payload_bytes, dtype=float) / bw + lat
+    payload = np.asarray(payload_bytes, dtype=float)
+    t = factor * payload / bw + lat
+    sweep = hw.scale_up.all_reduce_sweep
+    if kind == "all_reduce" and hop is None and sweep is not None:
+        measured = factor * payload / measured_busbw(sweep.path, payload)
+        one_shot = (group - 1) * payload / bw + lat
+        t = np.where(group <= hw.domain_size, np.minimum(one_shot, np.maximum(t, measured)), t)
     return np.where(group > 1, t, 0.0)
+
+
+@lru_cache(maxsize=32)
+def _busbw_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(log message size, bus bandwidth B/s) of an all-reduce sweep CSV (``size_bytes,busbw_gbs``)."""
+    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
+    size, busbw = np.loadtxt(rows, delimiter=",", ndmin=2).T
+    order = np.argsort(size)
+    return np.log(size[order]), busbw[order] * 1e9
+
+
+def measured_busbw(path: Path, payload_bytes) -> np.ndarray:
+    """Bus bandwidth (B/s) of an all-reduce of ``payload_bytes`` on the measured curve,
+    interpolated in log size and held at the ends of the sweep."""
+    log_size, busbw = _busbw_table(path)
+    return np.interp(np.log(np.maximum(np.asarray(payload_bytes, dtype=float), 1.0)), log_size, busbw)
 
 
 
