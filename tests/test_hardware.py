@@ -80,3 +80,14 @@ def test_bad_value_names_field(tmp_path):
     f.write_text("name: neg\nbase: h100-sxm\ndescription: x\nefficiency:\n  gemm: {value: 1.5, source: nanoflow}\n")
     with pytest.raises(InputError, match=r"neg\.yaml:5 efficiency\.gemm\.value: .*\(0, 1\]"):
         load_hardware_file(f)
+
+
+def test_missing_all_reduce_sweep_names_file_line_and_where_it_looked(tmp_path):
+    f = tmp_path / "sweep.yaml"
+    f.write_text("name: sweep\nbase: h100-sxm\ndescription: x\nscale_up:\n"
+                 "  all_reduce_sweep: {file: nope.csv, source: azure_bench}\n")
+    with pytest.raises(InputError, match=r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*'nope\.csv' not found"):
+        load_hardware_file(f)
+    # the bundled profiles name files that exist; H800 (slower NVLink) does not inherit H100's
+    assert planner.hardware("h100-sxm").scale_up.all_reduce_sweep.path.is_file()
+    assert planner.hardware("h800").scale_up.all_reduce_sweep is None
