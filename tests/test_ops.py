@@ -135,6 +135,30 @@ def test_measured_all_reduce_curve_bounds():
     assert np.all(collective_time(fast, "all_reduce", sizes, 8) <= t + 1e-15)
 
 
+
+def test_blackwell_and_cdna4_sweeps_by_hand():
+    """GB200 NVL72 and MI355X name their own measured curves. MI355X, 8 GPUs, 8 MiB: the RCCL
+    sweep's 206.39 GB/s busbw gives 1.75 x 8 MiB / 206.39 GB/s = 71.1 us, above the alpha-beta
+    15 us + 1.75 x 8 MiB / (537.5 GB/s x 0.75) = 51.4 us and below the one-shot 15 us + 7 x 8 MiB /
+    403.1 GB/s = 160.7 us. GB200, 4 GPUs (Azure's 4-GPU sweep): at 64 MiB 1.5 x 64 MiB / 550.73 GB/s
+    = 182.8 us (alpha-beta 121.8 us, one-shot 233.7 us); at 8 MiB the one-shot kernel, 10 us + 3 x
+    8 MiB / 900 GB/s = 38.0 us, beats NCCL's measured 49.6 us. B200 has no public sweep and stays
+    on alpha-beta."""
+    from planner.perf.comm import collective_time
+
+    mi = planner.hardware("mi355x")
+    assert mi.scale_up.all_reduce_sweep.path.name == "mi355x-allreduce8-nccl.csv"
+    t = float(collective_time(mi, "all_reduce", 8388608, 8))
+    assert t == pytest.approx(1.75 * 8388608 / 206.39e9)
+    assert 15e-6 + 1.75 * 8388608 / (537.5e9 * 0.75) < t < 15e-6 + 7 * 8388608 / (537.5e9 * 0.75)
+    gb = planner.hardware("gb200-nvl72")
+    assert gb.scale_up.all_reduce_sweep.path.name == "gb200-nvl72-allreduce4-nccl.csv"
+    assert float(collective_time(gb, "all_reduce", 67108864, 4)) == pytest.approx(1.5 * 67108864 / 550.73e9)
+    assert float(collective_time(gb, "all_reduce", 8388608, 4)) == pytest.approx(10e-6 + 3 * 8388608 / 900e9)
+    b200 = planner.hardware("b200")
+    assert b200.scale_up.all_reduce_sweep is None
+    assert float(collective_time(b200, "all_reduce", 8388608, 8)) == pytest.approx(10e-6 + 1.75 * 8388608 / 900e9)
+
 def test_vectorized_over_candidates():
     m = planner.model("llama-3.1-70b")
     tp = np.array([1, 2, 4, 8])
