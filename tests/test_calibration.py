@@ -70,17 +70,23 @@ def test_fp8_and_other_gemm_sweeps():
 
 
 def test_allreduce_sweeps_follow_alpha_beta_and_match_profile_busbw():
-    # NCCL/RCCL all-reduce on 8 GPUs, 1 KiB to 8 GiB (Azure): the alpha-beta form of comm.py fits
-    # each curve to a median of 4-12% (P90 13-27%); the profiles' large-message bus bandwidth is
-    # within 10% of the measured plateau (A100 240 vs 232, H100/H200 450 vs 479/480 with NVLS,
-    # MI300X 314 vs 317 GB/s). NCCL's fitted small-message latency (31-55 us) is not the profile's:
-    # serving engines all-reduce small messages with one-shot kernels (profile latency 10-15 us).
+    # NCCL/RCCL all-reduce on 8 GPUs, 1 KiB to 8 GiB (Azure; MI355X 1 KiB-1 GiB from a Vultr node;
+    # GB200 4 GPUs of one NVL72 tray, Azure): the alpha-beta form of comm.py fits each curve to a
+    # median of 4-12% (P90 10-27%); the profiles' large-message bus bandwidth is within 10% of the
+    # measured plateau (A100 240 vs 232, H100/H200 450 vs 479/480 with NVLS, MI300X 314 vs 317,
+    # MI355X 403 vs 402 GB/s). GB200's sweep is a 4-GPU ring (680 GB/s at 8 GiB): below the
+    # profile's 900 GB/s, the NVLS value of larger groups (72 GPUs: 847 GB/s in-place at 8 GiB,
+    # coreweave/nccl-tests PR #43). NCCL's fitted small-message latency (17-55 us) is not the
+    # profile's: serving engines all-reduce small messages with one-shot kernels (10-15 us).
     sweeps = allreduce_sweeps()
-    assert {s["hardware"] for s in sweeps} == {"a100-80g", "h100-sxm", "h200", "mi300x"}
+    assert {s["hardware"] for s in sweeps} == {"a100-80g", "h100-sxm", "h200", "mi300x", "mi355x", "gb200-nvl72"}
     for s in sweeps:
         assert s["median_abs_rel_error"] <= 0.15 and s["p90_abs_rel_error"] <= 0.30
-        assert s["profile_busbw_gbs"] == pytest.approx(s["measured_plateau_gbs"], rel=0.10)
-        assert 20 <= s["fitted_latency_us"] <= 80
+        if s["hardware"] == "gb200-nvl72":
+            assert s["devices"] == 4 and s["measured_plateau_gbs"] < s["profile_busbw_gbs"]
+        else:
+            assert s["profile_busbw_gbs"] == pytest.approx(s["measured_plateau_gbs"], rel=0.10)
+        assert 15 <= s["fitted_latency_us"] <= 80
 
 
 def test_attention_kernel_efficiency_is_fitted_on_the_fa3_sweep():
