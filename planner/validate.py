@@ -48,6 +48,8 @@ class Point(Frozen):
                                      "source's tool sized it (else the framework's default)")
     max_batched_tokens: int | None = Field(None, ge=16, description="the engine's tokens per iteration in the run, "
                                            "where the source's tool sized it")
+    num_requests: int | None = Field(None, ge=1, description="offline runs: the requests the tool queued at once, "
+                                     "where the source states it (the run is then replayed from time 0)")
     metric: Metric
     value: float = Field(gt=0)
     source: str
@@ -117,6 +119,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
                          tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens)
+        if p.metric == "offline_output_tokens_per_s" and p.num_requests:
+            return _offline_replay(p, fw), r.regime_bounds
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(_replayed(p.model), fw.apply(hardware(p.hardware)), batch=p.batch or 1, input_len=p.input_len,
@@ -140,6 +144,28 @@ def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, 
     e = estimate(p.model, fw.apply(hardware(p.hardware)), batch=max(1, r["batch_per_device"]) * devices,
                  input_len=p.input_len, output_len=2, mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
     return r["tokens_per_s_per_device"], e.regime_bounds
+
+
+def _offline_replay(p: Point, fw: Framework) -> float:
+    """Output tokens/s of an offline run of ``p.num_requests`` fixed-length requests all queued at
+    time 0, replayed by the discrete-event simulator with the run's engine sizes: output tokens
+    over the makespan. Unlike the closed loop's staggered steady state, such a run moves in
+    lockstep waves - every running sequence reaches prompt + output together, so an engine that
+    pages KV on demand (vLLM) runs out of blocks at the end of a wave and preempts and recomputes
+    - and it pays the last wave's ramp-down."""
+    from planner.perf.estimate import resolve_dtypes
+    from planner.perf.parallel import Layout
+    from planner.serving.simulate import simulate
+
+    engine = fw.engine()
+    sized = {k: v for k, v in (("max_num_seqs", p.max_num_seqs), ("max_batched_tokens", p.max_batched_tokens))
+             if v is not None}
+    m = _replayed(p.model)
+    n = int(p.num_requests or 1)
+    r = simulate(m, fw.apply(hardware(p.hardware)), Layout.of(p.tp, p.ep, p.pp),
+                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine.model_copy(update=sized), np.zeros(n),
+                 np.full(n, p.input_len), np.full(n, p.output_len), warmup_frac=0.0)
+    return n * p.output_len / r.makespan_s
 
 
 def _replayed(name: str):

@@ -35,6 +35,8 @@ def test_no_per_point_correction_factors():
 
 
 def test_validate_json_shape_and_amd_accuracy():
+    import numpy as np
+
     r = runner.invoke(app, ["validate", "--json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
@@ -42,14 +44,17 @@ def test_validate_json_shape_and_amd_accuracy():
     for kinds in data["summary"]["held_out"].values():
         for s in kinds.values():
             assert {"n", "median_abs_rel_error", "p90_abs_rel_error"} <= set(s)
-    # held-out AMD points (vLLM ROCm, Llama-3.1-70B/405B FP8, MI300X): latency within 15% median (5.2%
-    # over 39 points). Throughput missed the 15% target once the 2025 ROCm docker table joined (14
-    # points, median 16.5%, all over-predicted: that table's eight rows +14% to +66%, the 405B rows at
-    # 1,500-2,000 sequences worst); asserted at 20% so a regression shows. See the README for where
-    # NVIDIA (2023 vLLM) and Huawei (MTP not modelled) miss
+    # held-out AMD points (vLLM ROCm 2024-2025, Llama-3.1-70B/405B FP8, MI300X): the issue's targets,
+    # latency within 12% median (6.1% over 37 points) and throughput within 10% median and 5% bias
+    # (5.5% / +2.7% over 12), since the offline rows are replayed as the lockstep waves they are and
+    # vllm-rocm is calibrated on four named rows (rocm-vllm-dev-docker.yaml header). See the README
+    # for where NVIDIA (2023 vLLM) and Huawei (3 points) miss
     amd = data["summary"]["held_out"]["amd"]
-    assert amd["latency"]["median_abs_rel_error"] <= 0.15
-    assert amd["throughput"]["median_abs_rel_error"] <= 0.20
+    assert amd["latency"]["median_abs_rel_error"] <= 0.12
+    assert amd["throughput"]["median_abs_rel_error"] <= 0.10
+    amd_bias = [r["rel_error"] for r in data["points"]
+                if r["vendor"] == "amd" and r["role"] == "held_out" and r["metric"] == "offline_output_tokens_per_s"]
+    assert abs(float(np.median(amd_bias))) <= 0.05
 
 
 def test_modern_nvidia_points():
@@ -139,3 +144,20 @@ def test_trtllm_bench_engine_sizes_are_its_heuristic():
     assert mod.rewrite(text) == text                 # every trtllm-bench point carries its sizes
     sized = [p for p in load_points().points if p.source == "trtllm_perf_2025"]
     assert sized and all(p.max_num_seqs and p.max_batched_tokens for p in sized)
+
+
+def test_offline_runs_replay_lockstep_waves():
+    """An offline run of N fixed-length requests queued at once moves in lockstep: with vLLM's
+    on-demand KV, 1,500 Llama-3.1-405B sequences of 128 + 4,096 tokens need 1,500 x 4,224 x
+    32,256 B (one FP8 KV head of 128 x 2 x 126 layers per GPU) = 204 GB per GPU at the end of the
+    wave, far beyond the pool, so the replay preempts and recomputes and serves at least 15% less
+    than the staggered steady state; where the pool holds the whole wave (70B, 3,200 x 2,176
+    tokens) the two agree within 3%."""
+    from planner.validate import load_points, predict
+
+    pts = {p.id: p for p in load_points().points}
+    big = pts["rocmvllm-405b-mi300x-tp8-fp8-128-4096-offline"]
+    assert big.num_requests == 1500
+    assert predict(big) < 0.85 * predict(big.model_copy(update={"num_requests": None}))
+    fits = pts["rocmvllm-70b-mi300x-tp8-fp8-128-2048-offline"]
+    assert predict(fits) == pytest.approx(predict(fits.model_copy(update={"num_requests": None})), rel=0.03)
