@@ -120,9 +120,10 @@ def blocks(lay: Layout, size: int) -> Iterator[tuple[np.ndarray, Layout]]:
 def map_blocks(task, jobs, workers: int = 1, chunk: int = 8) -> Iterator:
     """``task`` over ``jobs`` (blocks of candidates), results in job order: in this process, or on
     ``workers`` local processes. Tasks travel in chunks of ``chunk`` jobs (a chunk pickles the task
-    and its arguments once), at most two chunks per worker in flight: the jobs are drawn from
-    ``jobs`` as the workers need them and results wait for the caller no longer than that, so the
-    memory of this process stays O(chunk x workers), not O(jobs). Workers are forked (Linux) with
+    and its arguments once), at most four chunks per worker in flight (a slow chunk at the head
+    does not leave the others idle): the jobs are drawn from ``jobs`` as the workers need them
+    and results wait for the caller no longer than that, so the memory of this process stays
+    O(chunk x workers), not O(jobs). Workers are forked (Linux) with
     Python's collector frozen (``gc.freeze``): they start with this process's imported modules
     and catalog in copy-on-write pages and the collector, here and there, does not write to (and
     so copy) them. The executor forks its workers before it starts its own thread, and the
@@ -147,7 +148,7 @@ def map_blocks(task, jobs, workers: int = 1, chunk: int = 8) -> Iterator:
     try:
         with ProcessPoolExecutor(workers, mp_context=fork) as pool:
             while True:
-                while len(pending) < 2 * workers and (part := next(chunks, None)):
+                while len(pending) < 4 * workers and (part := next(chunks, None)):
                     pending.append(pool.submit(_run_chunk, task, part))
                 if not pending:
                     return

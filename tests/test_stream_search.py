@@ -166,9 +166,9 @@ def test_map_blocks_forks_workers_and_draws_jobs_as_needed():
     try:
         out = map_blocks(_seen_in_worker, jobs(), workers=2, chunk=3)
         first = next(out)
-        # at most two chunks per worker were handed out when the first result came back (pool.map
+        # at most four chunks per worker were handed out when the first result came back (pool.map
         # would have drawn all 40 jobs before that)
-        assert first == (0, ["set after import"], True) and len(drawn) <= 2 * 2 * 3
+        assert first == (0, ["set after import"], True) and len(drawn) <= 4 * 2 * 3
         rest = list(out)
     finally:
         _MARK.clear()
