@@ -3,7 +3,10 @@
 Each size runs in a fresh process: slo-search (aggregated + disaggregated) of Qwen3-235B-A22B,
 and the colocated search, over wide layout spaces (every hardware profile, tp/ep powers of two,
 pp 1..94, weight dtypes), printing candidates, seconds, candidates/s, the process's peak RSS and the
-search's CPU seconds (less disturbed than wall time by other work on a shared machine).
+search's CPU seconds (less disturbed than wall time by other work on a shared machine), and the
+peaks of the process tree's summed PSS and RSS sampled every 50 ms (``_memory``: PSS splits
+pages shared between processes, so its sum is what the search costs the machine; summed RSS
+counts the pages workers share copy-on-write with the parent once per process).
 Spaces beyond the catalog's distinct candidates list hardware profiles more than once: the same
 work per candidate, counted as separate candidates. ``--workers N`` runs each search on N local
 processes (the answer is the same); then the RSS printed is the parent's, the workers' largest
@@ -15,10 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 
+from _memory import run_sampled
 from _timing import machine_line
 
 MODEL = "qwen3-235b-a22b"
@@ -97,12 +100,13 @@ def main() -> None:
     print(machine_line())
     for design in a.designs.split(","):
         for size in (int(x) for x in a.sizes.split(",")):
-            out = subprocess.run([sys.executable, __file__, "--one", str(size), design, str(a.workers)], check=True,
-                                 capture_output=True, text=True).stdout
+            out, peak = run_sampled([sys.executable, __file__, "--one", str(size), design, str(a.workers)])
             r = json.loads(out)
             print(f"{design:10s} x{a.workers} {r['candidates']:>9,d} candidates in {r['seconds']:7.1f} s = "
-                  f"{r['per_s']:7,.0f}/s, peak RSS {r['peak_rss_mb']:5.0f} MB (workers {r['worker_rss_mb']:4.0f} MB), "
-                  f"CPU {r['cpu_s']:6.1f} s = {r['per_cpu_s']:7,.0f}/CPU-s")
+                  f"{r['per_s']:7,.0f}/s, CPU {r['cpu_s']:6.1f} s = {r['per_cpu_s']:7,.0f}/CPU-s; "
+                  f"summed peaks over {peak['processes']:.0f} processes: PSS {peak['pss'] / 1e6:4.0f} MB "
+                  f"(anon {peak['pss_anon'] / 1e6:4.0f} MB), RSS {peak['rss'] / 1e6:4.0f} MB; "
+                  f"peak RSS {r['peak_rss_mb']:4.0f} MB (workers {r['worker_rss_mb']:4.0f} MB)")
 
 
 if __name__ == "__main__":

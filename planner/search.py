@@ -8,6 +8,7 @@ and dtype; constraints are boolean masks; selection picks the best by an objecti
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 
 import numpy as np
 
@@ -116,20 +117,56 @@ def blocks(lay: Layout, size: int) -> Iterator[tuple[np.ndarray, Layout]]:
         yield sel, Layout(lay.tp[sel], lay.ep[sel], lay.pp[sel])
 
 
-def map_blocks(task, jobs, workers: int = 1) -> Iterator:
+def map_blocks(task, jobs, workers: int = 1, chunk: int = 8) -> Iterator:
     """``task`` over ``jobs`` (blocks of candidates), results in job order: in this process, or on
-    ``workers`` local processes with tasks sent in chunks of 8 (a chunk pickles the task and its
-    arguments once). Measured step-time tables are a context variable of this process, which
-    workers would not see: while tables are in use the blocks are evaluated here."""
+    ``workers`` local processes. Tasks travel in chunks of ``chunk`` jobs (a chunk pickles the task
+    and its arguments once), at most four chunks per worker in flight (a slow chunk at the head
+    does not leave the others idle): the jobs are drawn from ``jobs`` as the workers need them
+    and results wait for the caller no longer than that, so the memory of this process stays
+    O(chunk x workers), not O(jobs). Workers are forked (Linux) with
+    Python's collector frozen (``gc.freeze``): they start with this process's imported modules
+    and catalog in copy-on-write pages and the collector, here and there, does not write to (and
+    so copy) them. The executor forks its workers before it starts its own thread, and the
+    numerical library's threads are fork-safe (OpenBLAS quiesces them, ``pthread_atfork``).
+    Measured step-time tables are a context variable of this process, which workers would not
+    see: while tables are in use the blocks are evaluated here."""
     from planner.perf.measured import active
 
     if workers <= 1 or active():
         yield from map(task, jobs)
         return
+    import gc
+    import multiprocessing
+    from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(workers) as pool:
-        yield from pool.map(task, jobs, chunksize=8)
+    fork = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    chunks, pending = batched(jobs, chunk), deque()
+    frozen = gc.get_freeze_count() == 0
+    if frozen:
+        gc.freeze()
+    try:
+        with ProcessPoolExecutor(workers, mp_context=fork) as pool:
+            while True:
+                while len(pending) < 4 * workers and (part := next(chunks, None)):
+                    pending.append(pool.submit(_run_chunk, task, part))
+                if not pending:
+                    return
+                yield from pending.popleft().result()
+    finally:
+        if frozen:
+            gc.unfreeze()
+
+
+def batched(items, n: int) -> Iterator[list]:
+    """``items`` in lists of ``n`` (the last one shorter), drawn as they are needed."""
+    items = iter(items)
+    while part := list(islice(items, n)):
+        yield part
+
+
+def _run_chunk(task, jobs: list) -> list:
+    return [task(job) for job in jobs]
 
 
 class RunningFront:

@@ -56,11 +56,15 @@ def test_streaming_equals_in_memory_on_bundled_scenarios(name):
        pp=st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=2),
        dtypes=st.lists(st.sampled_from(["bf16", "fp8"]), min_size=1, max_size=2, unique=True),
        inp=st.integers(100, 8000), out=st.integers(20, 1000), ttft=st.floats(0.2, 5), tpot=st.floats(0.01, 0.2),
-       block=st.sampled_from([1, 2, 5, 64]))
+       block=st.sampled_from([1, 2, 5, 64]), bounds=st.sampled_from(["p90", "p50 p99", "e2e", "attainment"]))
 def test_streaming_equals_in_memory_on_random_spaces(model, hardware, tp, ep, pp, dtypes, inp, out, ttft, tpot,
-                                                     block):
+                                                     block, bounds):
     wl = Workload(rate=1, input={"dist": "fixed", "value": inp}, output={"dist": "fixed", "value": out})
-    slo = SLO(ttft_s={"p90": ttft}, tpot_s={"p90": tpot})
+    # the streaming search computes only the percentiles its SLO bounds (and P90): other bounds too
+    slo = {"p90": SLO(ttft_s={"p90": ttft}, tpot_s={"p90": tpot}),
+           "p50 p99": SLO(ttft_s={"p99": ttft}, tpot_s={"p50": tpot / 2, "p90": tpot}),
+           "e2e": SLO(ttft_s={"p90": ttft}, e2e_s={"p99": ttft + out * tpot}),
+           "attainment": SLO(ttft_s={"p90": ttft}, tpot_s={"p90": tpot}, attainment=0.9)}[bounds]
     args = (planner.model(model), SloSearchSpec(), wl, slo, Engine(), hardware, tp, ep, pp,
             [DType(d) for d in dtypes], None, "random")
     # since 42b3d0b each row's times are its own whatever shares its array (layouts with and
@@ -135,6 +139,42 @@ def test_slo_search_on_two_processes_equals_one():
     # every tp, ep in {1, 2, 4, 8} is valid for Mixtral (32 heads, 8 KV heads, 8 experts): 16 x 2 pp,
     # per hardware and dtype
     assert one.candidates == 2 * 2 * 32
+
+
+_MARK: list = []      # set at run time in this process: a forked worker sees it, a spawned one would not
+
+
+def _seen_in_worker(job: int) -> tuple:
+    import gc
+
+    return job, list(_MARK), gc.get_freeze_count() > 0
+
+
+def test_map_blocks_forks_workers_and_draws_jobs_as_needed():
+    import gc
+
+    from planner.search import map_blocks
+
+    _MARK.append("set after import")
+    drawn = []
+
+    def jobs():
+        for k in range(40):
+            drawn.append(k)
+            yield k
+
+    try:
+        out = map_blocks(_seen_in_worker, jobs(), workers=2, chunk=3)
+        first = next(out)
+        # at most four chunks per worker were handed out when the first result came back (pool.map
+        # would have drawn all 40 jobs before that)
+        assert first == (0, ["set after import"], True) and len(drawn) <= 4 * 2 * 3
+        rest = list(out)
+    finally:
+        _MARK.clear()
+    assert [r[0] for r in rest] == list(range(1, 40))
+    assert all(seen == ["set after import"] and frozen for _, seen, frozen in rest)   # forked, collector frozen
+    assert gc.get_freeze_count() == 0            # unfrozen afterwards
 
 
 def test_colocated_search_on_two_processes_equals_one():

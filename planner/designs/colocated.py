@@ -245,8 +245,9 @@ class _Cheapest:
 
     @staticmethod
     def _one(ev: _Evaluated, i: int) -> _Evaluated:
-        lay = Layout.of(ev.lay.tp[i:i + 1], ev.lay.ep[i:i + 1], ev.lay.pp[i:i + 1])
-        return _Evaluated(ev.hw, ev.dtypes, lay, ev.curve.row(i), ev.ok[i:i + 1])
+        # copies (indexing by a list), not views: a kept row must not hold its whole block's arrays
+        lay = Layout.of(ev.lay.tp[[i]], ev.lay.ep[[i]], ev.lay.pp[[i]])
+        return _Evaluated(ev.hw, ev.dtypes, lay, ev.curve.rows([i]), ev.ok[[i]])
 
 
 class _LightLoad:

@@ -22,10 +22,10 @@ from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
 from planner.perf.parallel import Layout
-from planner.search import BLOCK, RunningFront, blocks, candidates, map_blocks, steady_heap
+from planner.search import BLOCK, RunningFront, batched, blocks, candidates, map_blocks, pareto_front, steady_heap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
-from planner.serving.slo import SLO
+from planner.serving.slo import PERCENTILES, SLO
 from planner.serving.workload import Workload, length_stats
 
 
@@ -82,14 +82,16 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
             count += lay.tp.size
             groups = {g: acc.groups[g] for g in (acc.group("aggregated", hw.name, dtypes.weight.value),
                                                  acc.group("disaggregated", hw.name, dtypes.weight.value))}
-            pre = _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max, block) \
+            pre = _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max) \
                 if "disaggregated" in spec.modes else None
             for index, sub in blocks(lay, block):
                 yield groups, index, hw, sub, dtypes, pre
 
-    task = functools.partial(_evaluate_block, model=model, engine=engine, stats=stats, workload=workload, slo=slo,
+    task = functools.partial(_evaluate_blocks, model=model, engine=engine, stats=stats, workload=workload, slo=slo,
                              spec=spec, tpot_max=tpot_max, share=share)
-    for part in map_blocks(task, jobs(), workers):   # merged in order: the same answer on any number
+    # a task reduces 8 blocks into one reduction (its front drops most of a later block's points
+    # before they are sorted), merged here in order: the same answer on any number of processes
+    for part in map_blocks(task, batched(jobs(), 8), workers, chunk=1):
         acc.merge(part)
     if not acc.best:
         from planner.errors import InfeasibleError
@@ -105,19 +107,21 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
                            verdict=verdict)
 
 
-def _evaluate_block(job, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
-    """The points of one block of candidates, reduced (one task: picklable for a process pool)."""
-    groups, index, hw, sub, dtypes, pre = job
+def _evaluate_blocks(jobs, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
+    """The points of some blocks of candidates, reduced together (one task: picklable for a
+    process pool)."""
     steady_heap()                    # once per process: pool workers too
-    part = _Reducer(groups)
-    agg, dis = groups
-    # with chunked prefill both modes' curves run on the same iteration grid: compute it once
-    # powers are not part of this search's answer: the roofline skips them (power=False)
-    load = load_grid(model, hw, sub, dtypes, engine, stats, power=False) if share else None
-    if "aggregated" in spec.modes:
-        _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
-    if pre is not None:
-        _disaggregated(part, dis, index, model, hw, sub, dtypes, engine, stats, pre, tpot_max, load)
+    part = _Reducer()
+    for groups, index, hw, sub, dtypes, pre in jobs:
+        part.groups.update(groups)
+        agg, dis = groups
+        # with chunked prefill both modes' curves run on the same iteration grid: compute it once
+        # powers are not part of this search's answer: the roofline skips them (power=False)
+        load = load_grid(model, hw, sub, dtypes, engine, stats, power=False) if share else None
+        if "aggregated" in spec.modes:
+            _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
+        if pre is not None:
+            _disaggregated(part, dis, index, model, hw, sub, dtypes, engine, stats, pre, tpot_max, load)
     return part
 
 
@@ -125,10 +129,20 @@ def _aggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dt
                 load) -> None:
     """Every SLO-meeting load point of the colocated steady state of each layout in the block."""
     devices = lay.devices.astype(float)
-    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load, power=False)
+    c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load, power=False,
+                      percentiles=_percentiles(slo))
     i, j = np.nonzero(slo_ok(c, slo))
     acc.add(group, lay, index, i, j, None, np.nan, c.rate[i, j] * stats.mean_output / devices[i],
             1 / c.tpot["mean"][i, j], c.ttft["p90"][i, j], c.tpot["p90"][i, j], c.rate[i, j] / devices[i])
+
+
+def _percentiles(slo: SLO) -> tuple[str, ...]:
+    """The latency percentiles the aggregated points are checked and reported at: P90 and those
+    the SLO bounds (all of them for an attainment target)."""
+    if slo.attainment is not None:
+        return PERCENTILES
+    return tuple(p for p in PERCENTILES if p == "p90" or any(getattr(getattr(slo, m), p) is not None
+                                                               for m in ("ttft_s", "tpot_s", "e2e_s")))
 
 
 _MAX_GRID = 64     # load points per candidate the point ranks leave room for
@@ -179,6 +193,7 @@ class _Reducer:
         self._offer((hw, mode), {f: v[0] for f, v in rows(slice(k, k + 1)).items()}, int(seq[0]))
         # only points no held front point dominates can join the front: the others need no payload
         keep = np.flatnonzero(self.front.undominated(-value, -cols["tokens_per_s_per_user"]))
+        keep = keep[pareto_front(-value[keep], -cols["tokens_per_s_per_user"][keep])]   # in order, as ``add`` keeps
         self.front.add(-value[keep], -cols["tokens_per_s_per_user"][keep], **rows(keep))
 
     def _offer(self, key: tuple[str, str], row: dict, first: int) -> None:
@@ -234,19 +249,17 @@ def _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> 
     return np.where(ttft <= ttft_max, rho / s[:, None] / devices[:, None], 0.0), ttft
 
 
-def _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max, block) -> tuple | None:
+def _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> tuple | None:
     """(prefill requests/s per GPU, its TTFT, its layout) of the best prefill instance within the
     TTFT bound over all layouts (ties: the first layout, then the lowest load), or None if none
-    meets it (one cheap pass over the blocks)."""
-    best, rank = (0.0, np.nan, (0, 0, 0)), np.inf
-    for index, sub in blocks(lay, block):
-        r_pre, ttft = _prefill_points(model, hw, sub, dtypes, stats, workload, spec, ttft_max)
-        ip, jp = np.unravel_index(np.argmax(r_pre), r_pre.shape)
-        here = index[ip] * r_pre.shape[1] + jp
-        if r_pre[ip, jp] > best[0] or (r_pre[ip, jp] == best[0] > 0 and here < rank):
-            best, rank = (float(r_pre[ip, jp]), float(ttft[ip, jp]), (int(sub.tp[ip]), int(sub.ep[ip]),
-                                                                      int(sub.pp[ip]))), here
-    return best if best[0] > 0 else None
+    meets it. One pass over all of a hardware's layouts at once: arrays of (layouts,
+    utilisations), a few thousand numbers (one roofline call instead of one per block: this runs
+    in the process that hands blocks to the workers)."""
+    r_pre, ttft = _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max)
+    ip, jp = np.unravel_index(np.argmax(r_pre), r_pre.shape)     # the first of equal maxima
+    if not r_pre[ip, jp] > 0:
+        return None
+    return float(r_pre[ip, jp]), float(ttft[ip, jp]), (int(lay.tp[ip]), int(lay.ep[ip]), int(lay.pp[ip]))
 
 
 def _disaggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dtypes, engine, stats, pre, tpot_max,
@@ -257,7 +270,7 @@ def _disaggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay,
     dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
     devices = lay.devices.astype(float)
     c = serving_curve(model, hw, lay, dtypes, engine.model_copy(update={"chunked_prefill": True}), dstats, load=load,
-                      power=False)
+                      power=False, percentiles=("p90",))
     i, j = np.nonzero(np.isfinite(c.tpot["p90"]) & (c.tpot["p90"] <= tpot_max))
     r_dec = c.rate[i, j] / devices[i]
     per_gpu = 1 / (1 / best_pre + 1 / r_dec)

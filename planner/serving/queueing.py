@@ -168,10 +168,13 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
 
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                   stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID,
-                  load: LoadGrid | None = None, power: bool = True) -> Curve:
+                  load: LoadGrid | None = None, power: bool = True,
+                  percentiles: tuple[str, ...] = PERCENTILES) -> Curve:
     """Steady-state metrics of each candidate layout on a grid of decode batch sizes (``load``: the
     candidates' ``load_grid``, if already computed for the same engine, layouts and lengths;
-    ``power=False``: powers left NaN, for callers that do not read them)."""
+    ``power=False``: powers left NaN, for callers that do not read them; ``percentiles``: the
+    latency percentiles computed besides the means, for a search that reads only some: each is
+    the same number whichever others are computed)."""
     g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid, power)
     n, n_max, limit, chunk, packed = g.n, g.n_max, g.limit, g.chunk, g.packed
     t_dec, t_chunk, t_packed, p_dec, p_chunk = g.t_dec, g.t_chunk, g.t_packed, g.p_dec, g.p_chunk
@@ -207,6 +210,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     e2e = {}
     for k, (pq, oq, lq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles,
                                                  stats.load_quantiles, strict=True), strict=True):
+        if k not in percentiles:
+            continue
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
