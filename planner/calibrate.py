@@ -26,8 +26,8 @@ import numpy as np
 
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import Framework, framework
-from planner.catalog.hardware import Figure, Seconds, hardware
-from planner.validate import Point, default_path, load_points, predict
+from planner.catalog.hardware import Figure, Seconds, hardware, microbenchmarks_dir, sweep_columns
+from planner.validate import Point, load_points, predict
 
 OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
 FINE_OVERHEAD_MS = (0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3)   # --step-only: C++ runtimes
@@ -35,12 +35,6 @@ SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LINK_SCALES = (0.25, 0.5, 1.0)
 RING_HOP_US = (2.5, 5, 7.5, 10, 15)
 SEQUENCE_US = (0, 100, 200, 300, 400, 500)
-
-
-def _columns(path: Path) -> np.ndarray:
-    """The numeric columns of a bundled sweep (``#`` comment lines and the header skipped)."""
-    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
-    return np.loadtxt(rows, delimiter=",", ndmin=2).T
 
 
 def _harness_floor_s(path: Path) -> float:
@@ -60,7 +54,7 @@ def gemm_sweep(path: Path) -> dict:
 
     profile, _, dtype = path.stem.partition("-gemm-")
     hw, dt = hardware(profile), DType(dtype)
-    m, n, k, measured = _columns(path)
+    m, n, k, measured = sweep_columns(path)
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
@@ -71,12 +65,8 @@ def gemm_sweep(path: Path) -> dict:
             "predicted_tflops": predicted, "measured_tflops": measured}
 
 
-def _folder() -> Path:
-    return default_path().parent / "microbenchmarks"
-
-
 def gemm_sweeps() -> list[dict]:
-    return [gemm_sweep(p) for p in sorted(_folder().glob("*-gemm-*.csv"))]
+    return [gemm_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-gemm-*.csv"))]
 
 
 def allreduce_sweep(path: Path) -> dict:
@@ -90,7 +80,7 @@ def allreduce_sweep(path: Path) -> dict:
     profile, _, rest = path.stem.partition("-allreduce")
     n = int(rest.split("-")[0])
     hw = hardware(profile)
-    size, busbw = _columns(path)
+    size, busbw = sweep_columns(path)
     factor = 2.0 * (n - 1) / n
     t = factor * size / (busbw * 1e9)
 
@@ -107,7 +97,7 @@ def allreduce_sweep(path: Path) -> dict:
 
 
 def allreduce_sweeps() -> list[dict]:
-    return [allreduce_sweep(p) for p in sorted(_folder().glob("*-allreduce*-nccl.csv"))]
+    return [allreduce_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-allreduce*-nccl.csv"))]
 
 
 def attention_sweep(path: Path | None = None) -> dict:
@@ -115,8 +105,8 @@ def attention_sweep(path: Path | None = None) -> dict:
     sweep (``*-attention-*.csv``: seq_len, tflops): the plateau fraction of the profile's peak and
     the half length that ``Efficiency.attention`` holds. Log-error least squares on a grid of L_half
     (the best r_inf for each is the geometric mean of r / x)."""
-    path = path or next(_folder().glob("h100-sxm-attention-fa3-bf16.csv"))
-    length, tflops = _columns(path)
+    path = path or next(microbenchmarks_dir().glob("h100-sxm-attention-fa3-bf16.csv"))
+    length, tflops = sweep_columns(path)
     rate = tflops * 1e12
     hw = hardware(path.name.split("-attention-")[0])
     best = None

@@ -157,13 +157,11 @@ def _offline_replay(p: Point, fw: Framework) -> float:
     from planner.perf.parallel import Layout
     from planner.serving.simulate import simulate
 
-    engine = fw.engine()
-    sized = {k: v for k, v in (("max_num_seqs", p.max_num_seqs), ("max_batched_tokens", p.max_batched_tokens))
-             if v is not None}
     m = _replayed(p.model)
     n = int(p.num_requests or 1)
     r = simulate(m, fw.apply(hardware(p.hardware)), Layout.of(p.tp, p.ep, p.pp),
-                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine.model_copy(update=sized), np.zeros(n),
+                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype), _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens),
+                 np.zeros(n),
                  np.full(n, p.input_len), np.full(n, p.output_len), warmup_frac=0.0)
     return n * p.output_len / r.makespan_s
 
@@ -184,13 +182,16 @@ def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_
     from planner.serving.closed_loop import throughput
 
     fw = Framework.model_validate_json(fw_json)
-    engine = fw.engine()
+    return throughput(_replayed(model), fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
+                      concurrency=concurrency, engine=_sized_engine(fw, max_num_seqs, max_batched_tokens),
+                      **dict(deploy))
+
+
+def _sized_engine(fw: Framework, max_num_seqs: int | None, max_batched_tokens: int | None):
+    """The framework's engine with the sizes a published run used, where the point states them."""
     sized = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens))
              if v is not None}
-    if sized:
-        engine = engine.model_copy(update=sized)
-    return throughput(_replayed(model), fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
-                      concurrency=concurrency, engine=engine, **dict(deploy))
+    return fw.engine().model_copy(update=sized) if sized else fw.engine()
 
 
 def phase(metric: str) -> str:

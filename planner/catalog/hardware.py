@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import ClassVar, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from planner.catalog import derate
@@ -118,6 +119,13 @@ def microbenchmarks_dir() -> Path:
         if candidate.is_dir():
             return candidate
     raise InputError(f"bundled validation/microbenchmarks/ not found next to {here}")
+
+
+def sweep_columns(path: Path) -> np.ndarray:
+    """The numeric columns of a microbenchmark sweep CSV (``#`` comment lines and the header
+    skipped), one row per column."""
+    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
+    return np.loadtxt(rows, delimiter=",", ndmin=2).T
 
 
 class AllReduceSweep(Frozen):

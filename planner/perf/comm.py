@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import HardwareProfile, sweep_columns
 
 _SHAPE = {"all_reduce": 2.0, "all_to_all": 1.0, "p2p": None}
 
@@ -74,8 +74,7 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
 @lru_cache(maxsize=32)
 def _busbw_table(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(log message size, bus bandwidth B/s) of an all-reduce sweep CSV (``size_bytes,busbw_gbs``)."""
-    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
-    size, busbw = np.loadtxt(rows, delimiter=",", ndmin=2).T
+    size, busbw = sweep_columns(path)
     order = np.argsort(size)
     return np.log(size[order]), busbw[order] * 1e9
 
