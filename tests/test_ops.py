@@ -180,3 +180,20 @@ def test_ring_all_reduce_latency_grows_with_the_group():
         assert float(collective_time(hw, "all_reduce", 0.0, n)) == pytest.approx(10e-6)
         assert float(collective_time(ring, "all_reduce", 0.0, n)) == pytest.approx(2 * (n - 1) * hop)
     assert float(collective_time(ring, "all_to_all", 0.0, 8)) == pytest.approx(10e-6)   # rings only for all-reduce
+
+
+def test_explain_names_the_all_reduce_form_it_used():
+    # 8 x H100: a 32 KiB all-reduce takes the one-shot kernel, 6.5 MB the measured NCCL curve (its
+    # source is the sweep's), 1 GB the alpha-beta line at the link's bus bandwidth; a ring engine rings
+    from planner.catalog.frameworks import framework
+    from planner.perf.comm import all_reduce_form
+    from planner.perf.ops import Op, OpKind
+    from planner.perf.roofline import explain_op
+
+    hw = planner.hardware("h100-sxm")
+    assert [all_reduce_form(hw, s, 8) for s in (32768, 6.5e6, 1e9)] == ["one-shot", "measured", "alpha-beta"]
+    assert all_reduce_form(framework("vllm-2023").apply(hw), 6.5e6, 8) == "ring"
+    assert all_reduce_form(planner.hardware("b200"), 6.5e6, 8) == "alpha-beta"      # no sweep bundled
+    op = Op("ffn_all_reduce", OpKind.all_reduce, 1, comm_bytes=6.5e6, group=8)
+    _, text, source = explain_op(hw, op_time(hw, op, BF16), BF16)
+    assert text.startswith("measured all-reduce curve") and source == "azure_bench"

@@ -21,7 +21,7 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.comm import collective_time, ep_all_to_all_time, link_of
+from planner.perf.comm import all_reduce_form, collective_time, ep_all_to_all_time, link_of, measured_busbw
 from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, add_nonneg, layer_ops, scalar_zero
 from planner.perf.parallel import Layout
 
@@ -228,6 +228,17 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
         link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
         extra = (", FP8 dispatch" if eff.fp8_dispatch and op.name.endswith("dispatch") else "")
         fig = eff.scale_up if link == "scale-up" else eff.scale_out
+        if op.kind is OpKind.all_reduce:
+            size, group = float(np.ravel(op.comm_bytes)[0]), float(np.ravel(g)[0])
+            form = all_reduce_form(hw, size, group)
+            sweep = hw.scale_up.all_reduce_sweep
+            if form == "measured" and sweep is not None:
+                busbw = float(np.ravel(measured_busbw(sweep.path, size))[0])
+                return ideal, f"measured all-reduce curve: {busbw / 1e9:.0f} GB/s busbw at {size / 1e6:.1f} MB", \
+                    sweep.source
+            if form == "one-shot":
+                return ideal, f"one-shot kernel: (n-1) x {size / 1e6:.2f} MB over the {link} link x " \
+                              f"{fig.value:.2f} + latency", fig.source
         return ideal, f"{link} link x {fig.value:.2f} + latency" + extra, fig.source
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
         att, keys = eff.attention, float(np.ravel(np.maximum(op.keys, 1))[0])
