@@ -125,6 +125,10 @@ def hardware_show(name: str = typer.Argument(..., help="Profile name or a YAML f
     for path, fig in _figures(h):
         t.add_row(path, f"{fig.value:.6g}", fig.source, fig.note or "")
         used.add(fig.source)
+    sweep = h.scale_up.all_reduce_sweep
+    if sweep is not None:        # a measured curve, not one number: the file it is read from
+        t.add_row("scale_up.all_reduce_sweep", sweep.file, sweep.source, sweep.note or "")
+        used.add(sweep.source)
     out.print(t)
     src = Table(title="Sources", show_header=False)
     for key in sorted(used):

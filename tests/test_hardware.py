@@ -91,3 +91,17 @@ def test_missing_all_reduce_sweep_names_file_line_and_where_it_looked(tmp_path):
     # the bundled profiles name files that exist; H800 (slower NVLink) does not inherit H100's
     assert planner.hardware("h100-sxm").scale_up.all_reduce_sweep.path.is_file()
     assert planner.hardware("h800").scale_up.all_reduce_sweep is None
+
+
+def test_all_reduce_sweep_cites_a_known_source_and_is_shown(tmp_path):
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    f = tmp_path / "cite.yaml"
+    f.write_text("name: cite\nbase: h100-sxm\ndescription: x\nscale_up:\n"
+                 "  all_reduce_sweep: {file: h100-sxm-allreduce8-nccl.csv, source: nope_key}\n")
+    with pytest.raises(InputError, match=r"all_reduce_sweep\.source 'nope_key' is not a known citation key"):
+        load_hardware_file(f)
+    r = CliRunner().invoke(app, ["hardware", "show", "h100-sxm"])
+    assert r.exit_code == 0 and "h100-sxm-allreduce8-nccl.csv" in r.stdout

@@ -297,6 +297,9 @@ class HardwareProfile(Frozen):
         for path, fig in _figures(self):
             if fig.source not in self.sources:
                 raise ValueError(f"{path}.source {fig.source!r} is not a known citation key")
+        sweep = self.scale_up.all_reduce_sweep
+        if sweep is not None and sweep.source not in self.sources:
+            raise ValueError(f"scale_up.all_reduce_sweep.source {sweep.source!r} is not a known citation key")
         return self
 
     # -- derived quantities the perf engine uses (SI) ---------------------------------------
