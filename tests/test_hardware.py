@@ -82,26 +82,24 @@ def test_bad_value_names_field(tmp_path):
         load_hardware_file(f)
 
 
-def test_missing_all_reduce_sweep_names_file_line_and_where_it_looked(tmp_path):
+@pytest.mark.parametrize("entry,match", [
+    ("{file: nope.csv, source: azure_bench}", r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*'nope\.csv' not found"),
+    ("{file: h100-sxm-allreduce8-nccl.csv, source: nope_key}",
+     r"all_reduce_sweep\.source 'nope_key' is not a known citation key"),
+])
+def test_bad_all_reduce_sweep_is_a_clear_error(tmp_path, entry, match):
     f = tmp_path / "sweep.yaml"
-    f.write_text("name: sweep\nbase: h100-sxm\ndescription: x\nscale_up:\n"
-                 "  all_reduce_sweep: {file: nope.csv, source: azure_bench}\n")
-    with pytest.raises(InputError, match=r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*'nope\.csv' not found"):
+    f.write_text(f"name: sweep\nbase: h100-sxm\ndescription: x\nscale_up:\n  all_reduce_sweep: {entry}\n")
+    with pytest.raises(InputError, match=match):
         load_hardware_file(f)
-    # the bundled profiles name files that exist; H800 (slower NVLink) does not inherit H100's
-    assert planner.hardware("h100-sxm").scale_up.all_reduce_sweep.path.is_file()
-    assert planner.hardware("h800").scale_up.all_reduce_sweep is None
 
 
-def test_all_reduce_sweep_cites_a_known_source_and_is_shown(tmp_path):
+def test_bundled_all_reduce_sweeps_exist_and_are_shown():
     from typer.testing import CliRunner
 
     from planner.cli import app
 
-    f = tmp_path / "cite.yaml"
-    f.write_text("name: cite\nbase: h100-sxm\ndescription: x\nscale_up:\n"
-                 "  all_reduce_sweep: {file: h100-sxm-allreduce8-nccl.csv, source: nope_key}\n")
-    with pytest.raises(InputError, match=r"all_reduce_sweep\.source 'nope_key' is not a known citation key"):
-        load_hardware_file(f)
+    assert planner.hardware("h100-sxm").scale_up.all_reduce_sweep.path.is_file()
+    assert planner.hardware("h800").scale_up.all_reduce_sweep is None   # slower NVLink: not H100's curve
     r = CliRunner().invoke(app, ["hardware", "show", "h100-sxm"])
     assert r.exit_code == 0 and "h100-sxm-allreduce8-nccl.csv" in r.stdout
