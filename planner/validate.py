@@ -118,7 +118,7 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
         return _at_tpot_bound(p, fw, kw)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
-                         tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens)
+                         tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
         if p.metric == "offline_output_tokens_per_s" and p.num_requests:
             return _offline_replay(p, fw), r.regime_bounds
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
@@ -160,7 +160,8 @@ def _offline_replay(p: Point, fw: Framework) -> float:
     m = _replayed(p.model)
     n = int(p.num_requests or 1)
     r = simulate(m, fw.apply(hardware(p.hardware)), Layout.of(p.tp, p.ep, p.pp),
-                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype), _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens),
+                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype),
+                 _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance),
                  np.zeros(n),
                  np.full(n, p.input_len), np.full(n, p.output_len), warmup_frac=0.0)
     return n * p.output_len / r.makespan_s
@@ -176,21 +177,27 @@ def _replayed(name: str):
 
 @lru_cache(maxsize=4096)
 def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_len: int, concurrency: int | None,
-                 deploy: tuple, max_num_seqs: int | None = None, max_batched_tokens: int | None = None):
+                 deploy: tuple, max_num_seqs: int | None = None, max_batched_tokens: int | None = None,
+                 mtp_tokens: int = 0, mtp_acceptance: float = 0.0):
     """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run (with
-    the engine sizes the run used, where the point states them)."""
+    the engine sizes and the speculative decoding the run used, where the point states them)."""
     from planner.serving.closed_loop import throughput
 
     fw = Framework.model_validate_json(fw_json)
     return throughput(_replayed(model), fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
-                      concurrency=concurrency, engine=_sized_engine(fw, max_num_seqs, max_batched_tokens),
+                      concurrency=concurrency,
+                      engine=_sized_engine(fw, max_num_seqs, max_batched_tokens, mtp_tokens, mtp_acceptance),
                       **dict(deploy))
 
 
-def _sized_engine(fw: Framework, max_num_seqs: int | None, max_batched_tokens: int | None):
-    """The framework's engine with the sizes a published run used, where the point states them."""
+def _sized_engine(fw: Framework, max_num_seqs: int | None, max_batched_tokens: int | None, mtp_tokens: int = 0,
+                  mtp_acceptance: float = 0.0):
+    """The framework's engine with the sizes and the draft tokens a published run used, where the
+    point states them (a point's MTP reaches the serving evaluators too, not only the static ones)."""
     sized = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens))
              if v is not None}
+    if mtp_tokens:
+        sized |= {"mtp_tokens": mtp_tokens, "mtp_acceptance": mtp_acceptance}
     return fw.engine().model_copy(update=sized) if sized else fw.engine()
 
 

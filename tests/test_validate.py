@@ -161,3 +161,13 @@ def test_offline_runs_replay_lockstep_waves():
     assert predict(big) < 0.85 * predict(big.model_copy(update={"num_requests": None}))
     fits = pts["rocmvllm-70b-mi300x-tp8-fp8-128-2048-offline"]
     assert predict(fits) == pytest.approx(predict(fits.model_copy(update={"num_requests": None})), rel=0.03)
+
+
+def test_a_points_speculation_reaches_the_closed_loop():
+    # a closed-loop point with draft tokens is predicted with them (it was silently ignored): one
+    # accepted-70% MTP token yields 1.7 tokens per step, so TPOT falls though each step does more work
+    from planner.validate import load_points, predict
+
+    p = next(q for q in load_points().points if q.id == "nim-llama70b-h100-tp2-fp8-200-200-c25-tpot")
+    spec = p.model_copy(update={"mtp_tokens": 1, "mtp_acceptance": 0.7})
+    assert predict(spec) < 0.8 * predict(p)
