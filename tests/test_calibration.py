@@ -67,6 +67,11 @@ def test_fp8_and_other_gemm_sweeps():
     # of each sweep; the held-out 4096^3 lands within 4% (BF16) and 19% (FP8)
     assert sweeps[("mi355x", "bf16")]["median_abs_rel_error"] <= 0.05
     assert sweeps[("mi355x", "fp8")]["median_abs_rel_error"] <= 0.20
+    # Ascend 910B2 BF16 (torch.matmul, square 1024^2-10240^2): the plateau (0.85) is read off the two
+    # largest shapes; the three others land at a median 6% (1024^2 runs 38% below the model: the
+    # per-kernel latency is H100's, assumed)
+    asc = sweeps[("ascend-910b", "bf16")]
+    assert asc["median_abs_rel_error"] <= 0.10 and asc["shapes"] == 5
 
 
 def test_allreduce_sweeps_follow_alpha_beta_and_match_profile_busbw():
