@@ -121,6 +121,9 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
                          tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
         if p.metric == "offline_output_tokens_per_s" and p.num_requests:
             return _offline_replay(p, fw), r.regime_bounds
+        if p.concurrency and p.num_requests:
+            ttft, tpot, out = _clients_replay(fw.model_dump_json(), p.model_copy(update={"metric": "ttft_s"}))
+            return {"ttft_s": ttft, "tpot_s": tpot}.get(p.metric, out), r.regime_bounds
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(_replayed(p.model), fw.apply(hardware(p.hardware)), batch=p.batch or 1, input_len=p.input_len,
@@ -165,6 +168,45 @@ def _offline_replay(p: Point, fw: Framework) -> float:
                  np.zeros(n),
                  np.full(n, p.input_len), np.full(n, p.output_len), warmup_frac=0.0)
     return n * p.output_len / r.makespan_s
+
+
+WAVE_ITERATIONS = 30
+
+
+@lru_cache(maxsize=256)
+def _clients_replay(fw_json: str, p: Point) -> tuple[float, float, float]:
+    """(mean TTFT, mean TPOT, output tokens/s) of a closed-loop benchmark (vLLM/SGLang
+    ``bench_serving --max-concurrency C --num-prompts N``) replayed by the simulator: ``C`` clients
+    start together and each sends its next fixed-length request when its previous one completes.
+    The first wave's prompts queue behind each other, which a run of few waves (N / C small)
+    averages into its mean TTFT; the steady state, where clients have drifted apart, does not
+    have that queue. Request ``j`` is client ``j mod C``'s ``(j // C)``-th: its arrival is its
+    predecessor's completion plus the front end's per-request time, a fixed point found by
+    re-simulating (arrivals only move later, so it settles in a few rounds)."""
+    from planner.perf.estimate import resolve_dtypes
+    from planner.perf.parallel import Layout
+    from planner.serving.simulate import simulate
+
+    fw = Framework.model_validate_json(fw_json)
+    m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
+    engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
+    n = int(p.num_requests or 1)
+    c = min(int(p.concurrency or 1), n)
+    host = hw.efficiency.request_overhead.value
+    inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
+    arrival = np.zeros(n)
+    for _ in range(WAVE_ITERATIONS):
+        order = np.argsort(arrival, kind="stable")
+        r = simulate(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine,
+                     arrival[order], inp[order], out[order], warmup_frac=0.0)
+        e2e = np.empty(n)
+        e2e[order] = r.e2e_s
+        nxt = arrival.copy()
+        nxt[c:] = arrival[:-c] + e2e[:-c]          # sent when the client's previous answer is complete
+        if np.array_equal(nxt, arrival):
+            break
+        arrival = nxt
+    return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(n * p.output_len / np.max(arrival + e2e - host))
 
 
 def _replayed(name: str):

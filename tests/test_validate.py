@@ -171,3 +171,27 @@ def test_a_points_speculation_reaches_the_closed_loop():
     p = next(q for q in load_points().points if q.id == "nim-llama70b-h100-tp2-fp8-200-200-c25-tpot")
     spec = p.model_copy(update={"mtp_tokens": 1, "mtp_acceptance": 0.7})
     assert predict(spec) < 0.8 * predict(p)
+
+
+def test_closed_loop_benchmark_replays_its_synchronized_clients():
+    """bench_serving-style runs (C clients start together, N fixed-length requests): with one
+    client the replayed TTFT is one prompt's prefill plus the front end's time (nothing queues) and
+    TPOT the steady state's; with 100 clients the first wave's prompts queue behind each other, so
+    the mean TTFT falls as the run gets longer (1 wave > 10 waves > the steady state, where clients
+    have drifted apart) while TPOT and throughput stay within 5% of the steady state over ten waves
+    (8% for one: once its prompts are in, its decodes run without prompt chunks beside them)."""
+    import planner
+    from planner.validate import load_points, predict
+
+    pts = {p.id: p for p in load_points().points}
+    one = pts["nim-llama8b-h100-tp1-fp8-1000-1000-c1-ttft"].model_copy(update={"num_requests": 10})
+    e = planner.estimate("llama-3.1-8b", "h100-sxm", batch=1, input_len=1000, output_len=2, weight_dtype="fp8",
+                         kv_dtype="fp8", framework="tensorrt-llm")
+    assert predict(one) == pytest.approx(e.ttft_s, rel=0.02)
+    for kind in ("ttft", "tpot", "throughput"):
+        p = pts[f"nim-llama8b-h100-tp1-fp8-1000-1000-c100-{kind}"]
+        steady, ten, wave = (predict(p.model_copy(update={"num_requests": n})) for n in (None, 1000, 100))
+        if kind == "ttft":
+            assert wave > 1.5 * ten > 1.5 * steady
+        else:
+            assert ten == pytest.approx(steady, rel=0.05) and wave == pytest.approx(steady, rel=0.08)
