@@ -194,8 +194,9 @@ def _clients_replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     c = min(int(p.concurrency or 1), n)
     host = hw.efficiency.request_overhead.value
     inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
-    arrival = np.zeros(n)
-    for _ in range(WAVE_ITERATIONS):
+    nxt = np.zeros(n)
+    for _ in range(WAVE_ITERATIONS):           # (a run that has not settled by then keeps its last round)
+        arrival = nxt
         order = np.argsort(arrival, kind="stable")
         r = simulate(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine,
                      arrival[order], inp[order], out[order], warmup_frac=0.0)
@@ -205,7 +206,6 @@ def _clients_replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         nxt[c:] = arrival[:-c] + e2e[:-c]          # sent when the client's previous answer is complete
         if np.array_equal(nxt, arrival):
             break
-        arrival = nxt
     return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(n * p.output_len / np.max(arrival + e2e - host))
 
 
