@@ -86,8 +86,13 @@ def test_bad_value_names_field(tmp_path):
     ("{file: nope.csv, source: azure_bench}", r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*'nope\.csv' not found"),
     ("{file: h100-sxm-allreduce8-nccl.csv, source: nope_key}",
      r"all_reduce_sweep\.source 'nope_key' is not a known citation key"),
+    ("{file: CSV, source: azure_bench}", r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*could not convert"),
+    ("{file: NEG, source: azure_bench}", r"expected rows 'size_bytes,busbw_gbs' of positive numbers"),
 ])
 def test_bad_all_reduce_sweep_is_a_clear_error(tmp_path, entry, match):
+    (tmp_path / "bad.csv").write_text("size_bytes,busbw_gbs\n1024,abc\n")
+    (tmp_path / "neg.csv").write_text("size_bytes,busbw_gbs\n1024,1.0\n2048,-1\n")
+    entry = entry.replace("CSV", str(tmp_path / "bad.csv")).replace("NEG", str(tmp_path / "neg.csv"))
     f = tmp_path / "sweep.yaml"
     f.write_text(f"name: sweep\nbase: h100-sxm\ndescription: x\nscale_up:\n  all_reduce_sweep: {entry}\n")
     with pytest.raises(InputError, match=match):

@@ -125,7 +125,7 @@ def sweep_columns(path: Path) -> np.ndarray:
     """The numeric columns of a microbenchmark sweep CSV (``#`` comment lines and the header
     skipped), one row per column."""
     rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
-    return np.loadtxt(rows, delimiter=",", ndmin=2).T
+    return np.loadtxt(rows, delimiter=",", ndmin=2).T if rows else np.zeros((0, 0))
 
 
 class AllReduceSweep(Frozen):
@@ -145,9 +145,16 @@ class AllReduceSweep(Frozen):
         return p if p.is_absolute() else microbenchmarks_dir() / p
 
     @model_validator(mode="after")
-    def _exists(self) -> AllReduceSweep:
+    def _readable(self) -> AllReduceSweep:
         if not self.path.is_file():
             raise ValueError(f"all-reduce sweep file {self.file!r} not found (looked at {self.path})")
+        expected = "rows 'size_bytes,busbw_gbs' of positive numbers (at least two sizes)"
+        try:
+            cols = sweep_columns(self.path)
+        except ValueError as e:
+            raise ValueError(f"all-reduce sweep {self.path}: {e}; expected {expected}") from None
+        if cols.shape[0] != 2 or cols.shape[1] < 2 or not (np.isfinite(cols).all() and (cols > 0).all()):
+            raise ValueError(f"all-reduce sweep {self.path}: expected {expected}")
         return self
 
 
