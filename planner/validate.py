@@ -48,9 +48,10 @@ class Point(Frozen):
                                      "source's tool sized it (else the framework's default)")
     max_batched_tokens: int | None = Field(None, ge=16, description="the engine's tokens per iteration in the run, "
                                            "where the source's tool sized it")
-    num_requests: int | None = Field(None, ge=1, description="the requests the benchmark sent, where the source "
-                                     "states it: an offline run (all queued at once) or, with concurrency, a "
-                                     "closed loop of that many clients is then replayed by the simulator")
+    num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
+                                     "the source states it: an offline run (all queued at once) or, with "
+                                     "concurrency, a closed loop of that many clients is then replayed by the "
+                                     "simulator (request by request: at most 100,000)")
     metric: Metric
     value: float = Field(gt=0)
     source: str
