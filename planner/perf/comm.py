@@ -65,15 +65,18 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
     t = factor * payload / bw + lat
     sweep = hw.scale_up.all_reduce_sweep
     if kind == "all_reduce" and hop is None and sweep is not None:
-        one_shot, measured = _all_reduce_forms(hw, sweep, payload, group, bw, lat)
+        _, one_shot, measured = _all_reduce_forms(sweep, payload, group, bw, lat, t)
         t = np.where(group <= hw.domain_size, np.minimum(one_shot, np.maximum(t, measured)), t)
     return np.where(group > 1, t, 0.0)
 
 
-def _all_reduce_forms(hw: HardwareProfile, sweep, payload, group, bw, lat) -> tuple[np.ndarray, np.ndarray]:
-    """(one-shot kernel, measured curve) times of an all-reduce inside the domain."""
+def _all_reduce_forms(sweep, payload, group, bw, lat, alpha_beta=None) -> tuple:
+    """(alpha-beta, one-shot kernel, measured curve) times of an all-reduce inside the domain
+    (``alpha_beta``: the first, where the caller has it already)."""
     factor = 2.0 * (group - 1) / np.maximum(group, 1)
-    return (group - 1) * payload / bw + lat, factor * payload / measured_busbw(sweep.path, payload)
+    if alpha_beta is None:
+        alpha_beta = factor * payload / bw + lat
+    return alpha_beta, (group - 1) * payload / bw + lat, factor * payload / measured_busbw(sweep.path, payload)
 
 
 def all_reduce_form(hw: HardwareProfile, payload_bytes: float, group: float) -> str:
@@ -85,9 +88,8 @@ def all_reduce_form(hw: HardwareProfile, payload_bytes: float, group: float) -> 
     if sweep is None or group > hw.domain_size:
         return "alpha-beta"
     bw, lat = (float(x) for x in link_of(hw, np.asarray(group, dtype=float)))
-    one_shot, measured = (float(x) for x in _all_reduce_forms(hw, sweep, np.asarray(payload_bytes, dtype=float),
-                                                              float(group), bw, lat))
-    alpha_beta = 2.0 * (group - 1) / group * payload_bytes / bw + lat
+    alpha_beta, one_shot, measured = (float(x) for x in _all_reduce_forms(
+        sweep, np.asarray(payload_bytes, dtype=float), float(group), bw, lat))
     if one_shot <= max(alpha_beta, measured):
         return "one-shot"
     return "measured" if measured > alpha_beta else "alpha-beta"
