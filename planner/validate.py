@@ -121,10 +121,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
                          tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
-        if p.metric == "offline_output_tokens_per_s" and p.num_requests:
-            return _offline_replay(p, fw), r.regime_bounds
-        if p.concurrency and p.num_requests:
-            ttft, tpot, out = _clients_replay(fw.model_dump_json(), p.model_copy(update={"metric": "ttft_s"}))
+        if p.num_requests and (p.concurrency or p.metric == "offline_output_tokens_per_s"):
+            ttft, tpot, out = _replay(fw.model_dump_json(), p.model_copy(update={"metric": "ttft_s"}))
             return {"ttft_s": ttft, "tpot_s": tpot}.get(p.metric, out), r.regime_bounds
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
@@ -151,40 +149,24 @@ def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, 
     return r["tokens_per_s_per_device"], e.regime_bounds
 
 
-def _offline_replay(p: Point, fw: Framework) -> float:
-    """Output tokens/s of an offline run of ``p.num_requests`` fixed-length requests all queued at
-    time 0, replayed by the discrete-event simulator with the run's engine sizes: output tokens
-    over the makespan. Unlike the closed loop's staggered steady state, such a run moves in
-    lockstep waves - every running sequence reaches prompt + output together, so an engine that
-    pages KV on demand (vLLM) runs out of blocks at the end of a wave and preempts and recomputes
-    - and it pays the last wave's ramp-down."""
-    from planner.perf.estimate import resolve_dtypes
-    from planner.perf.parallel import Layout
-    from planner.serving.simulate import simulate
-
-    m = _replayed(p.model)
-    n = int(p.num_requests or 1)
-    r = simulate(m, fw.apply(hardware(p.hardware)), Layout.of(p.tp, p.ep, p.pp),
-                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype),
-                 _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance),
-                 np.zeros(n),
-                 np.full(n, p.input_len), np.full(n, p.output_len), warmup_frac=0.0)
-    return n * p.output_len / r.makespan_s
-
-
 WAVE_ITERATIONS = 30
 
 
 @lru_cache(maxsize=256)
-def _clients_replay(fw_json: str, p: Point) -> tuple[float, float, float]:
-    """(mean TTFT, mean TPOT, output tokens/s) of a closed-loop benchmark (vLLM/SGLang
-    ``bench_serving --max-concurrency C --num-prompts N``) replayed by the simulator: ``C`` clients
-    start together and each sends its next fixed-length request when its previous one completes.
-    The first wave's prompts queue behind each other, which a run of few waves (N / C small)
-    averages into its mean TTFT; the steady state, where clients have drifted apart, does not
-    have that queue. Request ``j`` is client ``j mod C``'s ``(j // C)``-th: its arrival is its
-    predecessor's completion plus the front end's per-request time, a fixed point found by
-    re-simulating (arrivals only move later, so it settles in a few rounds)."""
+def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
+    """(mean TTFT, mean TPOT, output tokens/s) of a benchmark run of ``p.num_requests``
+    fixed-length requests, replayed by the simulator. With ``p.concurrency`` = C, a closed loop
+    (vLLM/SGLang ``bench_serving --max-concurrency C --num-prompts N``): C clients start together
+    and each sends its next request when its previous one completes; the first wave's prompts
+    queue behind each other, which a run of few waves (N / C small) averages into its mean TTFT
+    and the steady state, where clients have drifted apart, does not have. Request ``j`` is client
+    ``j mod C``'s ``(j // C)``-th: its arrival is its predecessor's completion plus the front end's
+    per-request time, a fixed point found by re-simulating (arrivals only move later, so it
+    settles in a few rounds). Without a concurrency, an offline run (vLLM benchmark_throughput,
+    trtllm-bench): all N queued at time 0. Such runs move in lockstep waves - every running
+    sequence reaches prompt + output together, so an engine that pages KV on demand (vLLM) runs
+    out of blocks at the end of a wave and preempts and recomputes - and pay the last wave's
+    ramp-down; output tokens/s is over the makespan."""
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.parallel import Layout
     from planner.serving.simulate import simulate
@@ -193,8 +175,7 @@ def _clients_replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
     engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
     n = int(p.num_requests or 1)
-    c = min(int(p.concurrency or 1), n)
-    host = hw.efficiency.request_overhead.value
+    c = min(int(p.concurrency or n), n)
     inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
     nxt = np.zeros(n)
     for _ in range(WAVE_ITERATIONS):           # (a run that has not settled by then keeps its last round)
@@ -208,7 +189,7 @@ def _clients_replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         nxt[c:] = arrival[:-c] + e2e[:-c]          # sent when the client's previous answer is complete
         if np.array_equal(nxt, arrival):
             break
-    return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(n * p.output_len / np.max(arrival + e2e - host))
+    return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), n * p.output_len / r.makespan_s
 
 
 def _replayed(name: str):
