@@ -62,21 +62,54 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
     if kind == "all_to_all" and hw.scale_up.topology == "torus2d":
         factor = factor * np.where(group <= hw.domain_size, np.maximum(np.sqrt(group) / 2, 1.0), 1.0)
     payload = np.asarray(payload_bytes, dtype=float)
-    t = factor * payload / bw + lat
+    moved = payload if kind == "p2p" else factor * payload      # 1.0 x payload = payload: not multiplied
+    t = _own(np.add, moved / bw, lat)
     sweep = hw.scale_up.all_reduce_sweep
     if kind == "all_reduce" and hop is None and sweep is not None:
-        _, one_shot, measured = _all_reduce_forms(sweep, payload, group, bw, lat, t)
-        t = np.where(group <= hw.domain_size, np.minimum(one_shot, np.maximum(t, measured)), t)
-    return np.where(group > 1, t, 0.0)
+        inside = group <= hw.domain_size
+        if inside.any():
+            _, one_shot, measured = _all_reduce_forms(sweep, payload, group, bw, lat, t, moved)
+            best = _into(np.minimum, one_shot, _into(np.maximum, t, measured, measured), one_shot)
+            # a group inside the domain everywhere (TP groups always are) takes ``best`` as it is
+            t = best if inside.all() and np.shape(best) == np.broadcast_shapes(np.shape(best), np.shape(t),
+                                                                              inside.shape) \
+                else np.where(inside, best, t)
+    return _where_sends(group > 1, t)
 
 
-def _all_reduce_forms(sweep, payload, group, bw, lat, alpha_beta=None) -> tuple:
+def _own(ufunc, a, b):
+    """``ufunc(a, b)`` for ``a`` a temporary the caller made: in place when it has the result's
+    shape (the same values without another allocation)."""
+    return _into(ufunc, a, b, a)
+
+
+def _into(ufunc, a, b, out):
+    """``ufunc(a, b)``, written into ``out`` (a temporary the caller made, ``a`` or ``b``) when it
+    has the result's shape."""
+    if isinstance(out, np.ndarray) and out.ndim and np.broadcast_shapes(np.shape(a), np.shape(b)) == out.shape:
+        return ufunc(a, b, out=out)
+    return ufunc(a, b)
+
+
+def _where_sends(sends: np.ndarray, t):
+    """``np.where(sends, t, 0.0)`` for a fresh ``t``: ``t`` itself where every row sends and it
+    has the result's shape."""
+    if isinstance(t, np.ndarray) and t.dtype == np.float64 and sends.all() \
+            and t.shape == np.broadcast_shapes(t.shape, sends.shape):
+        return t
+    return np.where(sends, t, 0.0)
+
+
+def _all_reduce_forms(sweep, payload, group, bw, lat, alpha_beta=None, moved=None) -> tuple:
     """(alpha-beta, one-shot kernel, measured curve) times of an all-reduce inside the domain
-    (``alpha_beta``: the first, where the caller has it already)."""
+    (``alpha_beta`` and ``moved``, its ``factor x payload``: where the caller has them already)."""
     factor = 2.0 * (group - 1) / np.maximum(group, 1)
+    if moved is None:
+        moved = factor * payload
     if alpha_beta is None:
-        alpha_beta = factor * payload / bw + lat
-    return alpha_beta, (group - 1) * payload / bw + lat, factor * payload / measured_busbw(sweep.path, payload)
+        alpha_beta = moved / bw + lat
+    one_shot = _own(np.add, _own(np.divide, (group - 1) * payload, bw), lat)
+    return alpha_beta, one_shot, moved / measured_busbw(sweep.path, payload)
 
 
 def all_reduce_form(hw: HardwareProfile, payload_bytes: float, group: float) -> str:
@@ -122,16 +155,22 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     to its experts over the scale-up link (DeepEP internode kernels: RDMA then NVLink). The two
     stages pipeline, so the slower one bounds the time. A row with nothing to send (a layout
     without attention data parallelism, evaluated in the same array as one with it) costs
-    nothing."""
+    nothing. ``token_bytes`` may be a function giving them, called only if a group spans domains."""
     group = np.asarray(group, dtype=float)
     dom = float(hw.domain_size)
     up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
-    t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + hw.scale_up.latency.value
-    nodes = np.maximum(np.ceil(group / dom), 1.0)
-    reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
-    t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw + hw.scale_out.latency.value
-    t_fwd = (dom - 1) / dom * intra / up_bw
-    t = np.where(group <= dom, t_in, np.maximum(t_nic, t_fwd))
-    return np.where((group > 1) & (intra > 0), t, 0.0)     # no traffic, no collective (and no latency)
+    t = _own(np.add, _own(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw), hw.scale_up.latency.value)
+    inside = group <= dom
+    if not (inside.all() and np.shape(t) == np.broadcast_shapes(np.shape(t), inside.shape)):
+        token = np.asarray(token_bytes() if callable(token_bytes) else token_bytes, dtype=float)
+        nodes = np.maximum(np.ceil(group / dom), 1.0)
+        reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
+        t_nic = reached * (nodes - 1) / nodes * token / out_bw + hw.scale_out.latency.value
+        t_fwd = (dom - 1) / dom * intra / up_bw
+        t = np.where(inside, t, np.maximum(t_nic, t_fwd))
+    sends = intra > 0
+    if not (group > 1).all():
+        sends = (group > 1) & sends
+    return _where_sends(sends, t)     # no traffic, no collective (and no latency)

@@ -158,6 +158,7 @@ class _Ctx:
     b_loc: np.ndarray = field(init=False)     # sequences per attention replica
     tokens: np.ndarray = field(init=False)    # new tokens per attention replica
     tokens_all: np.ndarray = field(init=False)
+    _all_reduce_bytes: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.b_loc = scaled(self.step.batch, Per(self.lay.attention_dp))
@@ -182,8 +183,11 @@ class _Ctx:
                   act_bytes=scaled(m, k + n / shard, self.dt.act.bytes), params=params)
 
     def all_reduce(self, name: str, count: int) -> Op:
-        payload = scaled(self.tokens, self.m.hidden_size, self.dt.act.bytes)
-        return Op(name, OpKind.all_reduce, count, comm_bytes=payload, group=self.lay.tp)
+        """A TP all-reduce of the hidden state: every one of a step's carries the same payload
+        array (one object, so the operators' times are computed once: ``roofline.build_step``)."""
+        if self._all_reduce_bytes is None:
+            self._all_reduce_bytes = scaled(self.tokens, self.m.hidden_size, self.dt.act.bytes)
+        return Op(name, OpKind.all_reduce, count, comm_bytes=self._all_reduce_bytes, group=self.lay.tp)
 
 
 def _attention(c: _Ctx, n: int, window: AttentionWindow | None = None) -> list[Op]:
@@ -428,7 +432,16 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
     Attention is the exception: decode and prefill attention run as their own kernels (paged
     decode vs FlashAttention prefill), each at its own efficiency, so both are kept. (The expert
     operators of a layer share one load factor: it is combined once per pair of arrays.)"""
-    out, combined = [], {}
+    out, combined, sums = [], {}, {}
+
+    def add(u, v):
+        # operators that share an array on both sides (a layer's all-reduces, an EP dispatch
+        # and combine) share its sum: one object, so ``roofline.build_step`` times them once
+        pair = (id(u), id(v))           # both lists hold u and v while this runs: the ids stay theirs
+        if pair not in sums:
+            sums[pair] = add_nonneg(u, v)
+        return sums[pair]
+
     for x, y in zip(a, b, strict=True):
         if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
             out += [x, replace(y, name=f"{y.name}_prefill")]
@@ -439,8 +452,8 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
         out.append(Op(x.name, x.kind, x.count, flops=add_nonneg(x.flops, y.flops),
                       weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
                       act_bytes=add_nonneg(x.act_bytes, y.act_bytes), kv_bytes=add_nonneg(x.kv_bytes, y.kv_bytes),
-                      comm_bytes=add_nonneg(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
-                      remote_bytes=add_nonneg(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
+                      comm_bytes=add(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
+                      remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
                       imbalance=combined[pair], grouped=x.grouped))
     return out
 

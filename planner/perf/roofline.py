@@ -43,6 +43,12 @@ class OpTime:
     fixed_s: np.ndarray | float = 0.0   # per-kernel latency (compute operators with work only)
     hw: HardwareProfile | None = None   # collectives: the profile whose link latency ``alpha_s`` is
 
+    def renamed(self, op: Op) -> OpTime:
+        """These times for another operator with the same inputs (its time computed once)."""
+        t = OpTime(op, self.compute_s, self.memory_s, self.comm_s, self.fixed_s, self.hw)
+        t.__dict__["time_s"] = self.time_s       # the cached property's slot: the same array, not recomputed
+        return t
+
     @cached_property
     def alpha_s(self) -> np.ndarray | float:
         """Collectives: the latency part of ``comm_s`` (zero where nothing is sent); computed only
@@ -262,10 +268,13 @@ def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> np.ndarray:
     travels in FP8 (1 byte + one FP32 scale per 128 values) when the engine does so (DeepEP),
     combine in the activation format."""
     if op.kind is OpKind.all_to_all:
-        load = np.asarray(op.imbalance, dtype=float) * hw.efficiency.moe_imbalance.value
+        skew = hw.efficiency.moe_imbalance.value
+        load = np.asarray(op.imbalance, dtype=float)
+        load = load if skew == 1.0 else load * skew                  # x * 1 = x: not multiplied
         fmt = (1 + 4 / 128) / dtypes.act.bytes if (hw.efficiency.fp8_dispatch and op.name.endswith("dispatch")) else 1.0
-        scale = load * fmt
-        return ep_all_to_all_time(hw, np.asarray(op.comm_bytes) * scale, np.asarray(op.remote_bytes) * scale,
+        scale = load if fmt == 1.0 else load * fmt
+        # the tokens-once bytes matter only to groups that span domains: computed only for those
+        return ep_all_to_all_time(hw, np.asarray(op.comm_bytes) * scale, lambda: np.asarray(op.remote_bytes) * scale,
                                   op.draws, op.group)
     return collective_time(hw, op.kind.value, op.comm_bytes, op.group)
 
@@ -278,9 +287,32 @@ def step_overhead_s(hw: HardwareProfile, layout: Layout, batch) -> np.ndarray:
 
 
 def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layout, batch) -> StepTime:
-    """Time every operator and add the engine's step overhead for ``batch`` running sequences."""
-    return StepTime([op_time(hw, op, dtypes) for op in ops], step_overhead_s(hw, layout, batch),
-                    hw.efficiency.overlap_moe_comm, hw.efficiency.comm_compute_share.value)
+    """Time every operator and add the engine's step overhead for ``batch`` running sequences.
+    Operators that differ only in name (a layer's two all-reduces of one payload array, an EP
+    dispatch and combine sent in one format) are timed once: the same inputs, the same times."""
+    times, memo = [], {}
+    for op in ops:
+        key = _inputs_of(hw, op)
+        t = memo.get(key)
+        if t is None:
+            memo[key] = t = op_time(hw, op, dtypes)
+        elif t.op is not op:
+            t = t.renamed(op)
+        times.append(t)
+    return StepTime(times, step_overhead_s(hw, layout, batch), hw.efficiency.overlap_moe_comm,
+                    hw.efficiency.comm_compute_share.value)
+
+
+def _inputs_of(hw: HardwareProfile, op: Op) -> tuple:
+    """What ``op_time`` reads of an operator (arrays by identity: the caller's list holds them
+    all, so an id is not reused while the key is in use). The name counts only where it chooses
+    the dispatch format."""
+    fmt = hw.efficiency.fp8_dispatch and op.kind is OpKind.all_to_all and op.name.endswith("dispatch")
+    return (op.kind, op.count, op.grouped, op.draws, fmt, *(id(getattr(op, f)) for f in _ARRAY_FIELDS))
+
+
+_ARRAY_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "remote_bytes", "keys",
+                 "imbalance")
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
