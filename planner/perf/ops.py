@@ -56,12 +56,26 @@ class Per:
 
 def _pow2(f) -> bool:
     """Whether every element of the small scalar or array ``f`` is a positive power of two (a
-    product by it only moves the exponent, so it rounds nothing)."""
+    product by it only moves the exponent, so it rounds nothing). An array's answer is kept for
+    the array object (``_POW2``), which the cache holds so its id is not reused: a layout's
+    degrees meet every operator of a step."""
     if isinstance(f, (int, float)):
         return f > 0 and math.frexp(f)[0] == 0.5
     if np.size(f) > 4096:
         return False
-    return bool((np.frexp(np.asarray(f, dtype=float))[0] == 0.5).all())   # 0.5: positive powers only
+    if isinstance(f, np.ndarray):
+        held = _POW2.get(id(f))
+        if held is not None and held[0] is f:
+            return held[1]
+    out = bool((np.frexp(np.asarray(f, dtype=float))[0] == 0.5).all())   # 0.5: positive powers only
+    if isinstance(f, np.ndarray) and not f.flags.writeable:
+        if len(_POW2) >= 256:
+            _POW2.clear()
+        _POW2[id(f)] = (f, out)
+    return out
+
+
+_POW2: dict[int, tuple[np.ndarray, bool]] = {}    # id -> (read-only array, all positive powers of two)
 
 
 def scaled(x, *factors):

@@ -13,6 +13,7 @@ the same 8 GPUs, and ``--tp 1 --ep 320`` is CloudMatrix-Infer's DP320 attention 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from planner.errors import InputError
 
 @dataclass(frozen=True)
 class Layout:
-    """Parallel degrees, broadcast as integer arrays."""
+    """Parallel degrees, broadcast as integer arrays (the degrees are not changed after
+    construction: the derived ones are computed once per layout and shared, read-only)."""
 
     tp: np.ndarray
     ep: np.ndarray
@@ -31,23 +33,31 @@ class Layout:
     @classmethod
     def of(cls, tp=1, ep=1, pp=1) -> Layout:
         tp, ep, pp = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (tp, ep, pp)))
-        return cls(tp, ep, pp)
+        return cls(*(_read_only(x) for x in (tp, ep, pp)))
 
-    @property
+    @cached_property
     def stage_devices(self) -> np.ndarray:
-        return np.maximum(self.tp, self.ep)
+        return _read_only(np.maximum(self.tp, self.ep))
 
-    @property
+    @cached_property
     def attention_dp(self) -> np.ndarray:
-        return self.stage_devices // self.tp
+        return _read_only(self.stage_devices // self.tp)
 
-    @property
+    @cached_property
     def expert_tp(self) -> np.ndarray:
-        return self.stage_devices // self.ep
+        return _read_only(self.stage_devices // self.ep)
 
-    @property
+    @cached_property
     def devices(self) -> np.ndarray:
-        return self.stage_devices * self.pp
+        return _read_only(self.stage_devices * self.pp)
+
+
+def _read_only(x: np.ndarray) -> np.ndarray:
+    """``x`` (a view or array made here) marked read-only: shared by every user of the layout
+    (a NumPy scalar stays one)."""
+    if isinstance(x, np.ndarray):
+        x.flags.writeable = False
+    return x
 
 
 def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
