@@ -22,7 +22,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import all_reduce_form, collective_time, ep_all_to_all_time, link_of, measured_busbw
-from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Step, add_nonneg, layer_ops, scalar_zero
+from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Per, Step, add_nonneg, layer_ops, scalar_zero, scaled
 from planner.perf.parallel import Layout
 
 
@@ -283,7 +283,9 @@ def step_overhead_s(hw: HardwareProfile, layout: Layout, batch) -> np.ndarray:
     """Host time of one engine step: a fixed part and a part per running sequence its scheduler
     handles (each attention-DP rank has its own scheduler)."""
     eff = hw.efficiency
-    return eff.step_overhead.value + eff.sequence_overhead.value * np.asarray(batch, dtype=float) / layout.attention_dp
+    # ``sequence x batch / dp`` as one chain: a power-of-two dp folds into the factor exactly
+    return eff.step_overhead.value + scaled(np.asarray(batch, dtype=float), eff.sequence_overhead.value,
+                                            Per(layout.attention_dp))
 
 
 def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layout, batch) -> StepTime:

@@ -22,7 +22,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import step_time as measured_step_time
 from planner.perf.measured import table_for
-from planner.perf.ops import DTypes, Step, layer_ops, merge_ops, mtp_draft_ops, scaled
+from planner.perf.ops import DTypes, Per, Step, layer_ops, merge_ops, mtp_draft_ops, scaled
 from planner.perf.parallel import Layout
 from planner.perf.power import step_power_w
 from planner.perf.roofline import build_step
@@ -122,9 +122,15 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
         prompt_len, float))
     total = st.total_s
     if np.any(pp > 1):
-        tokens = (np.asarray(n_decode, float) * (1 + k) + np.asarray(prefill_tokens, float)) / pp / lay.attention_dp
-        p2p = collective_time(hw, "p2p", scaled(tokens, model.hidden_size, dtypes.act.bytes), lay.devices)
-        total = total + np.where(pp > 1, pp * p2p, 0.0)
+        decodes = np.asarray(n_decode, float) if k == 0 else np.asarray(n_decode, float) * (1 + k)   # x * 1 = x
+        # tokens per attention replica and stage x hidden x bytes: one chain (powers of two fold in exactly)
+        payload = scaled(decodes + np.asarray(prefill_tokens, float), Per(pp), Per(lay.attention_dp),
+                         model.hidden_size, dtypes.act.bytes)
+        hop = pp * collective_time(hw, "p2p", payload, lay.devices)
+        stages = pp > 1
+        if not stages.all():
+            hop = np.where(stages, hop, 0.0)
+        total = total + hop
     else:       # no pipeline: the p2p term is 0 everywhere (x + 0 = x), added only if it widens the shape
         shape = np.broadcast_shapes(np.shape(n_decode), np.shape(prefill_tokens), np.shape(lay.attention_dp),
                                     np.shape(lay.devices))

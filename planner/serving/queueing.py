@@ -169,12 +169,13 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                   stats: LengthStats, arrival_scv: float = 1.0, grid: int = GRID,
                   load: LoadGrid | None = None, power: bool = True,
-                  percentiles: tuple[str, ...] = PERCENTILES) -> Curve:
+                  percentiles: tuple[str, ...] = PERCENTILES, ttft: bool = True) -> Curve:
     """Steady-state metrics of each candidate layout on a grid of decode batch sizes (``load``: the
     candidates' ``load_grid``, if already computed for the same engine, layouts and lengths;
     ``power=False``: powers left NaN, for callers that do not read them; ``percentiles``: the
     latency percentiles computed besides the means, for a search that reads only some: each is
-    the same number whichever others are computed)."""
+    the same number whichever others are computed; ``ttft=False``: TTFT and E2E not computed, left
+    empty, for a decode pool whose TTFT is its prefill pool's)."""
     g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid, power)
     n, n_max, limit, chunk, packed = g.n, g.n_max, g.limit, g.chunk, g.packed
     t_dec, t_chunk, t_packed, p_dec, p_chunk = g.t_dec, g.t_chunk, g.t_packed, g.p_dec, g.p_chunk
@@ -183,11 +184,14 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     p = n * tps * I / O                        # prompt tokens per iteration, on average
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
     t_iter = t_dec + p * marginal              # mean iteration time
-    tpot = t_iter / tps                        # each iteration yields tps tokens per sequence
+    tpot = t_iter if tps == 1 else t_iter / tps   # each iteration yields tps tokens per sequence (x / 1 = x)
     mu = packed / t_packed                     # prompt tokens/s while the prefill queue is busy
-    power = (p_dec * t_dec + p_chunk * p * marginal) / t_iter
-    idle = hw.power.idle.value
-    power = idle + (power - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
+    if power or not np.isnan(p_dec).all():
+        power_w = (p_dec * t_dec + p_chunk * p * marginal) / t_iter
+        idle = hw.power.idle.value
+        power_w = idle + (power_w - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
+    else:       # iteration powers not computed (NaN): so is every average of them, and it is not computed either
+        power_w = np.full(np.shape(t_iter), np.nan)
     rate = n / (O * tpot)
     rho = rate * I / mu
     s_mean = I / mu                            # server time per request (Kingman's E[S])
@@ -201,11 +205,15 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     var_tpot = (np.maximum(slope, 0) ** 2 * n * arrival_scv
                 + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
     sd_tpot = np.sqrt(var_tpot)
+    if not ttft:
+        tpot_q = {"mean": tpot} | {k: tpot + _Z[k] * sd_tpot for k in PERCENTILES if k in percentiles}
+        return Curve(n, rate, tpot_q, {}, {}, rho, wait, power_w, np.maximum(p_chunk, p_dec), mu, n_max, limit,
+                     np.atleast_1d(lay.devices), O)
     t_iter = t_iter + hw.efficiency.request_overhead.value   # host time per request (tokenize, admit)
     # a request's own prompt, with its hits from slower KV tiers loading layer by layer alongside
     # (the mean pairs the means, each percentile the percentiles, as the other TTFT terms add up)
     layers = model.num_layers
-    ttft = {"mean": wait + exposed_prefill_s(I * own, stats.mean_load_s, layers) + t_iter}
+    ttft_q = {"mean": wait + exposed_prefill_s(I * own, stats.mean_load_s, layers) + t_iter}
     tpot_q = {"mean": tpot}
     e2e = {}
     for k, (pq, oq, lq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles,
@@ -215,13 +223,13 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
-        ttft[k] = w_q + exposed_prefill_s(pq * own, lq, layers) + t_iter
+        ttft_q[k] = w_q + exposed_prefill_s(pq * own, lq, layers) + t_iter
         tpot_q[k] = tpot + _Z[k] * sd_tpot
         # the median request: median TTFT and median output; tails: mean TTFT plus the output tail
-        e2e[k] = (ttft[k] if k == "p50" else ttft["mean"]) + (oq - 1) * tpot_q[k]
-    e2e["mean"] = ttft["mean"] + (O - 1) * tpot
+        e2e[k] = (ttft_q[k] if k == "p50" else ttft_q["mean"]) + (oq - 1) * tpot_q[k]
+    e2e["mean"] = ttft_q["mean"] + (O - 1) * tpot
     devices = np.atleast_1d(lay.devices)
-    return Curve(n, rate, tpot_q, ttft, e2e, rho, wait, power, np.maximum(p_chunk, p_dec), mu, n_max,
+    return Curve(n, rate, tpot_q, ttft_q, e2e, rho, wait, power_w, np.maximum(p_chunk, p_dec), mu, n_max,
                  limit, devices, O)
 
 
