@@ -92,9 +92,29 @@ def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
 def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes) -> np.ndarray:
     """Device memory left for the KV cache: capacity minus weights, workspace and the engine's
     reserve (may be negative: the model does not fit)."""
-    ops = layer_ops(model, layout, Step.of(1, 1, 0), dtypes)
-    weights, work = weight_bytes_device(ops, layout, dtypes), workspace_bytes(model, layout, dtypes)
+    weights = weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
+    work = workspace_bytes(model, layout, dtypes)
     return hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work)
+
+
+def _stored_ops(model: ModelSpec, layout: Layout) -> list[Op]:
+    """The operators whose ``params`` (and names, kinds, counts) ``weight_bytes_device`` reads: they
+    depend on the model and layout only, not on the formats, so a search that meets the same
+    layouts again (another dtype or hardware) reuses them (``_STORED``, which holds the model so
+    its id is not reused)."""
+    degrees = [np.ascontiguousarray(x) for x in (layout.tp, layout.ep, layout.pp)]
+    key = (id(model), *((x.shape, x.dtype.str, x.tobytes()) for x in degrees))
+    held = _STORED.get(key)
+    if held is not None and held[0] is model:
+        return held[1]
+    ops = layer_ops(model, layout, Step.of(1, 1, 0), DTypes())
+    if len(_STORED) >= 64:
+        _STORED.clear()
+    _STORED[key] = (model, ops)
+    return ops
+
+
+_STORED: dict[tuple, tuple[ModelSpec, list[Op]]] = {}
 
 
 @dataclass(frozen=True)
