@@ -497,6 +497,17 @@ def _combined_imbalance(gx, gy):
     if (np.ndim(gx) == 0 and float(gx) <= 1) or (np.ndim(gy) == 0 and float(gy) <= 1):
         return 1.0 if np.ndim(gx) == np.ndim(gy) == 0 else np.ones(np.broadcast_shapes(np.shape(gx), np.shape(gy)))
     ex, ey = np.asarray(gx, float) - 1, np.asarray(gy, float) - 1
-    with np.errstate(divide="ignore"):
-        inv = np.where(ex > 0, ex ** -2.0, np.inf) + np.where(ey > 0, ey ** -2.0, np.inf)
-    return 1 + np.where(np.isfinite(inv), inv ** -0.5, 0.0)
+    # np.where(mask, x ** p, fill) with the power taken only where the mask holds (the same
+    # numbers: a row without expert parallelism, excess 0, takes no power at all)
+    px, py = _masked_power(ex, -2.0, ex > 0, np.inf), _masked_power(ey, -2.0, ey > 0, np.inf)
+    inv = np.add(px, py, out=py) if py.shape == np.broadcast_shapes(px.shape, py.shape) else px + py
+    out = _masked_power(inv, -0.5, np.isfinite(inv), 0.0)
+    return np.add(1, out, out=out) if out.ndim else 1 + out
+
+
+def _masked_power(x: np.ndarray, p: float, mask: np.ndarray, fill: float) -> np.ndarray:
+    """``np.where(mask, x ** p, fill)`` for ``mask`` of ``x``'s shape, the power evaluated only where
+    ``mask`` holds."""
+    out = np.full(x.shape, fill)
+    np.power(x, p, out=out, where=mask)
+    return out
