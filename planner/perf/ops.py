@@ -19,6 +19,7 @@ Conventions (per device, per layer):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -439,21 +440,26 @@ def _embedding_and_head(c: _Ctx) -> list[Op]:
     return [embed, head]
 
 
-def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
+def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
     """Operators of one iteration that runs two groups of tokens together (continuous batching:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
     pair up one to one: work and traffic add, weights are read once (the larger touched set).
     Attention is the exception: decode and prefill attention run as their own kernels (paged
     decode vs FlashAttention prefill), each at its own efficiency, so both are kept. (The expert
-    operators of a layer share one load factor: it is combined once per pair of arrays.)"""
+    operators of a layer share one load factor: it is combined once per pair of arrays.)
+    ``consume_b``: the caller no longer uses ``b`` (its arrays are temporaries held nowhere else),
+    so a sum may be written into a ``b`` array that no other field of either list holds - the
+    same numbers without a fresh array (``x + y`` in place in ``y``)."""
     out, combined, sums = [], {}, {}
+    uses = Counter(id(v) for op in (*a, *b) for f in _OP_ARRAYS if isinstance(v := getattr(op, f), np.ndarray)) \
+        if consume_b else {}
 
     def add(u, v):
         # operators that share an array on both sides (a layer's all-reduces, an EP dispatch
         # and combine) share its sum: one object, so ``roofline.build_step`` times them once
         pair = (id(u), id(v))           # both lists hold u and v while this runs: the ids stay theirs
         if pair not in sums:
-            sums[pair] = add_nonneg(u, v)
+            sums[pair] = _add_into(u, v) if uses.get(id(v)) == 1 else add_nonneg(u, v)
         return sums[pair]
 
     for x, y in zip(a, b, strict=True):
@@ -463,13 +469,26 @@ def merge_ops(a: list[Op], b: list[Op]) -> list[Op]:
         pair = (id(x.imbalance), id(y.imbalance))
         if pair not in combined:
             combined[pair] = _combined_imbalance(x.imbalance, y.imbalance)
-        out.append(Op(x.name, x.kind, x.count, flops=add_nonneg(x.flops, y.flops),
+        out.append(Op(x.name, x.kind, x.count, flops=add(x.flops, y.flops),
                       weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
-                      act_bytes=add_nonneg(x.act_bytes, y.act_bytes), kv_bytes=add_nonneg(x.kv_bytes, y.kv_bytes),
+                      act_bytes=add(x.act_bytes, y.act_bytes), kv_bytes=add(x.kv_bytes, y.kv_bytes),
                       comm_bytes=add(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
                       remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
                       imbalance=combined[pair], grouped=x.grouped))
     return out
+
+
+_OP_ARRAYS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "params", "keys",
+              "remote_bytes", "imbalance")
+
+
+def _add_into(x, y):
+    """``add_nonneg(x, y)``, written into ``y`` (a temporary nothing else holds) when it is a float
+    array of the result's shape that owns its memory."""
+    if isinstance(y, np.ndarray) and y.dtype == np.float64 and y.ndim and y.flags.owndata and y.flags.writeable \
+            and not scalar_zero(x) and np.broadcast_shapes(np.shape(x), y.shape) == y.shape and x is not y:
+        return np.add(x, y, out=y)
+    return add_nonneg(x, y)
 
 
 def add_nonneg(x, y):

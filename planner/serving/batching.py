@@ -117,7 +117,9 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx), dtypes)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                           prompt_len, 0.0), dtypes)
-    ops = merge_ops(dec, pre) + mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx), dtypes, passes=k)
+    # the prefill operators are temporaries of this call: sums may be written into their arrays
+    ops = merge_ops(dec, pre, consume_b=True) + mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx), dtypes,
+                                                              passes=k)
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
         prompt_len, float))
     total = st.total_s
