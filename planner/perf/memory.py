@@ -102,8 +102,8 @@ def _stored_ops(model: ModelSpec, layout: Layout) -> list[Op]:
     depend on the model and layout only, not on the formats, so a search that meets the same
     layouts again (another dtype or hardware) reuses them (``_STORED``, which holds the model so
     its id is not reused)."""
-    degrees = [np.ascontiguousarray(x) for x in (layout.tp, layout.ep, layout.pp)]
-    key = (id(model), *((x.shape, x.dtype.str, x.tobytes()) for x in degrees))
+    degrees = [np.asarray(x) for x in (layout.tp, layout.ep, layout.pp)]     # shapes as given (0-d too)
+    key = (id(model), *((x.shape, x.dtype.str, np.ascontiguousarray(x).tobytes()) for x in degrees))
     held = _STORED.get(key)
     if held is not None and held[0] is model:
         return held[1]

@@ -197,8 +197,19 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     if weight.size and bool(np.all(weight > 0)):
         fixed = eff.kernel_latency.value     # every row is busy (a row with NaN work times NaN either way)
     else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
-        fixed = eff.kernel_latency.value * _busy(flops, moved if _zero(weight) else weight + moved)
+        nbytes = moved if _zero(weight) else weight + moved
+        fixed = eff.kernel_latency.value if _never_idle(flops, nbytes) else \
+            eff.kernel_latency.value * _busy(flops, nbytes)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def _never_idle(flops: np.ndarray, nbytes: np.ndarray) -> bool:
+    """Whether no element has both no work and no bytes, so the kernel latency is one number. A NaN
+    counts as busy here: its time is NaN whatever is added, and NaN plus the latency is that NaN."""
+    idle = np.asarray(nbytes) <= 0
+    if not _zero(flops):
+        idle = idle & (np.asarray(flops) <= 0)
+    return not idle.any()
 
 
 def _busy(flops: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
