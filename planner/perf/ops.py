@@ -462,6 +462,13 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
             sums[pair] = _add_into(u, v) if uses.get(id(v)) == 1 else add_nonneg(u, v)
         return sums[pair]
 
+    def larger(u, v):
+        pair = (id(u), id(v))           # as ``add``: equal inputs, one result object
+        if pair not in larger_of:
+            larger_of[pair] = np.maximum(u, v)
+        return larger_of[pair]
+
+    larger_of: dict[tuple[int, int], np.ndarray] = {}
     for x, y in zip(a, b, strict=True):
         if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
             out += [x, replace(y, name=f"{y.name}_prefill")]
@@ -470,7 +477,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
         if pair not in combined:
             combined[pair] = _combined_imbalance(x.imbalance, y.imbalance)
         out.append(Op(x.name, x.kind, x.count, flops=add(x.flops, y.flops),
-                      weight_bytes=np.maximum(x.weight_bytes, y.weight_bytes),
+                      weight_bytes=larger(x.weight_bytes, y.weight_bytes),
                       act_bytes=add(x.act_bytes, y.act_bytes), kv_bytes=add(x.kv_bytes, y.kv_bytes),
                       comm_bytes=add(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
                       remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
