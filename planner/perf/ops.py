@@ -526,14 +526,19 @@ def _combined_imbalance(gx, gy):
     # np.where(mask, x ** p, fill) with the power taken only where the mask holds (the same
     # numbers: a row without expert parallelism, excess 0, takes no power at all)
     px, py = _masked_power(ex, -2.0, ex > 0, np.inf), _masked_power(ey, -2.0, ey > 0, np.inf)
-    inv = np.add(px, py, out=py) if py.shape == np.broadcast_shapes(px.shape, py.shape) else px + py
+    inv = np.add(px, py, out=py) if py.ndim and py.shape == np.broadcast_shapes(px.shape, py.shape) else px + py
     out = _masked_power(inv, -0.5, np.isfinite(inv), 0.0)
     return np.add(1, out, out=out) if out.ndim else 1 + out
 
 
 def _masked_power(x: np.ndarray, p: float, mask: np.ndarray, fill: float) -> np.ndarray:
     """``np.where(mask, x ** p, fill)`` for ``mask`` of ``x``'s shape, the power evaluated only where
-    ``mask`` holds."""
+    ``mask`` holds - for arrays, which both forms raise to the power in numpy's array loop. A scalar
+    (or 0-d) ``x`` keeps the ``np.where`` form: numpy raises a scalar with the C library's ``pow``,
+    whose last bit can differ from the array loop's (SIMD) power."""
+    if not (isinstance(x, np.ndarray) and x.ndim):
+        with np.errstate(divide="ignore"):
+            return np.where(mask, x ** p, fill)
     out = np.full(x.shape, fill)
     np.power(x, p, out=out, where=mask)
     return out
