@@ -91,3 +91,17 @@ def test_mla_under_attention_dp_is_not_replicated_per_die():
     lay = Layout.of(1, 8, 1)
     assert np.array_equal(kv_bytes_per_token_device(m, lay, DType.bf16, pkg),
                           kv_bytes_per_token_device(m, lay, DType.bf16))
+
+
+def test_heads_that_do_not_split_over_dies_are_a_clear_error():
+    """12 heads at tp 4 divide over 4 packages but not over their 8 dies: an answer naming the
+    dies, not a fractional head count; the search skips such layouts."""
+    from planner.errors import InputError
+    from planner.search import layouts
+
+    m = model("qwen3-32b").model_copy(update={"num_heads": 12, "num_kv_heads": 4})
+    with pytest.raises(InputError, match="2 dies per package"):
+        estimate(m, "ascend-910c", tp=4, batch=1, input_len=100, output_len=10)
+    assert estimate(m, "ascend-910b", tp=4, batch=1, input_len=100, output_len=10).tpot_s > 0
+    lay = layouts(m, hardware("ascend-910c"), [1, 2, 4], [1], [1])
+    assert sorted(lay.tp.tolist()) == [1, 2]

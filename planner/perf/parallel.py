@@ -70,6 +70,19 @@ def on_dies(hw: HardwareProfile, lay: Layout) -> tuple[HardwareProfile, Layout]:
     return hw.per_die(), Layout(tp, ep, lay.pp)
 
 
+def die_layout_problems(model: ModelSpec, hw: HardwareProfile, lay: Layout) -> np.ndarray:
+    """``layout_problems`` of the layout over dies (``on_dies``), said in packages: a layout valid
+    over packages may split heads unevenly over dies (12 heads at tp 4 = 8 dies)."""
+    d = hw.dies_per_device
+    why = layout_problems(model, on_dies(hw, lay)[1])
+    if d == 1:
+        return why
+    out = np.full(why.shape, "", dtype=object)
+    bad = why != ""
+    out[bad] = [f"on {hw.name}'s {d} dies per package (tp over dies = {d} x tp): {w}" for w in why[bad]]
+    return out
+
+
 def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
     """Per candidate, a reason string why the layout is invalid for the model, or ''."""
     tp, ep, pp = layout.tp, layout.ep, layout.pp
