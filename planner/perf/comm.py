@@ -137,8 +137,7 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
-    t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + (hw.scale_up.all_to_all_latency
-                                                                  or hw.scale_up.latency).value
+    t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + all_to_all_latency(hw, group)
     nodes = np.maximum(np.ceil(group / dom), 1.0)
     reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
     t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw + hw.scale_out.latency.value
