@@ -63,7 +63,11 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         rows.append(("cost", f"${e.usd_per_h:,.2f}/h, ${e.usd_per_million_output_tokens:,.2f} per M output tokens"))
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
     if explain:
-        t = Table(title="Per-operator breakdown (per device, all layers)")
+        from planner.catalog.hardware import hardware as get_hardware
+
+        dies = get_hardware(e.hardware).dies_per_device
+        unit = "per device" if dies == 1 else f"per die: each of the {dies} dies of a package is one rank"
+        t = Table(title=f"Per-operator breakdown ({unit}, all layers)")
         left = ("phase", "operator", "bound", "efficiency applied", "source")
         for col in ("phase", "operator", "layers", "time", "share", "roofline", "FLOPs", "bytes", "bound",
                     "efficiency applied", "source"):

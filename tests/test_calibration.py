@@ -123,3 +123,22 @@ def test_prefill_attention_runs_below_the_gemm_rate_and_approaches_it_at_long_co
         rates.append(flops / float(t) / 989.4e12)
     assert rates[0] == pytest.approx(0.68 * 1024 / 1240, rel=0.01)
     assert rates[0] < rates[1] < 0.68
+
+
+def test_descent_fit_lands_on_the_grids_and_beats_its_start():
+    """Coordinate descent over the calibration grids (``--descent``) returns grid values whose error
+    is no worse than the grids' first corner it starts from, and is a local best: no single grid
+    move lowers it."""
+    from planner.calibrate import OVERHEAD_MS, SCALES, calibration_points, candidate, fit, score
+    from planner.catalog.frameworks import framework
+
+    err, fw = fit("vllm-rocm", descent=True)
+    assert fw.step_overhead.value * 1e3 in OVERHEAD_MS and fw.gemm_scale.value in SCALES
+    pts = calibration_points("vllm-rocm")
+    start = score(candidate(framework("vllm-rocm"), OVERHEAD_MS[0] * 1e-3, SCALES[0]), pts)
+    assert err <= start
+    ms, g = fw.step_overhead.value * 1e3, fw.gemm_scale.value
+    for m2 in OVERHEAD_MS:
+        assert score(candidate(framework("vllm-rocm"), m2 * 1e-3, g), pts) >= err - 1e-12
+    for g2 in SCALES:
+        assert score(candidate(framework("vllm-rocm"), ms * 1e-3, g2), pts) >= err - 1e-12

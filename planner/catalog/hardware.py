@@ -165,6 +165,7 @@ class Link(Frozen):
     bandwidth_per_direction: Bandwidth
     domain_size: Count | None = None
     latency: Seconds                     # of one collective (one-shot / NVLS all-reduce, one all-to-all)
+    all_to_all_latency: Seconds | None = None   # an EP dispatch/combine's own, where measured apart
     ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
     all_reduce_sweep: AllReduceSweep | None = None   # measured busbw vs size inside the domain (comm.py)
     topology: Literal["switched", "torus2d"] = "switched"   # torus2d: 4 ports per device (TPU ICI, NeuronLink)
@@ -292,6 +293,7 @@ class HardwareProfile(Frozen):
         kind="total_fraction", fraction=Fraction(value=0.9, source="vllm_memory",
                                                  note="vLLM gpu_memory_utilization default"))
     framework: str | None = None   # the serving framework entry applied to this profile, if any
+    dies: Count | None = None      # compute dies per package that software runs as separate ranks
     sources: dict[str, str] = {}
     base: str | None = None
 
@@ -320,6 +322,22 @@ class HardwareProfile(Frozen):
         assert self.scale_up.domain_size is not None
         return int(self.scale_up.domain_size.value)
 
+    @property
+    def dies_per_device(self) -> int:
+        """Ranks one package runs as (1 for a single-die device)."""
+        return int(self.dies.value) if self.dies is not None else 1
+
+    def per_die(self) -> HardwareProfile:
+        """The profile of one die of a multi-die package (itself for a single die): engines run
+        each die as its own rank (Ascend 910C: 2 dies, each its own device to HCCL and torch_npu),
+        so a die has its share of the package's FLOPs, HBM capacity and bandwidth and link
+        bandwidth, and a scale-up domain holds ``dies`` times as many ranks. Efficiencies,
+        latencies and power stay as they are (power stays per package: callers count packages)."""
+        d = self.dies_per_device
+        if d == 1:
+            return self
+        return _die_views(self, d)
+
     def compute_dtype(self, weight_dtype: DType) -> DType:
         """Tensor-core format a GEMM runs in: the weight format if the chip has matrix units
         for it (W8A8, W4A4), else bf16 (weight-only quantization dequantizes to bf16)."""
@@ -333,6 +351,34 @@ class HardwareProfile(Frozen):
         if self.price.rent is None:
             raise InputError(f"hardware {self.name!r} has no rental price; give price.rent in the profile")
         return self.price.rent.value
+
+
+def _share(fig: Figure, d: float) -> Figure:
+    return fig.model_copy(update={"value": fig.value / d, "note": f"1/{d:g} of the package's"})
+
+
+_DIE_CACHE: dict[int, tuple[HardwareProfile, HardwareProfile]] = {}   # id -> (profile, its die)
+
+
+def _die_views(hw: HardwareProfile, d: int) -> HardwareProfile:
+    """``hw.per_die()`` (cached per profile object: a search asks for it once per step)."""
+    cached = _DIE_CACHE.get(id(hw))
+    if cached is not None and cached[0] is hw:      # the entry keeps hw alive, so its id is not reused
+        return cached[1]
+    up, out = hw.scale_up, hw.scale_out
+    assert up.domain_size is not None
+    view = hw.model_copy(update={
+        "peak_flops": {k: _share(v, d) for k, v in hw.peak_flops.items()},
+        "memory": Memory(capacity=_share(hw.memory.capacity, d), bandwidth=_share(hw.memory.bandwidth, d)),
+        "scale_up": up.model_copy(update={
+            "bandwidth_per_direction": _share(up.bandwidth_per_direction, d),
+            "domain_size": up.domain_size.model_copy(update={"value": up.domain_size.value * d})}),
+        "scale_out": out.model_copy(update={"bandwidth_per_direction": _share(out.bandwidth_per_direction, d)}),
+        "dies": None})
+    if len(_DIE_CACHE) > 64:
+        _DIE_CACHE.clear()
+    _DIE_CACHE[id(hw)] = (hw, view)
+    return view
 
 
 def _figures(obj: BaseModel, prefix: str = "") -> list[tuple[str, Figure]]:

@@ -51,6 +51,15 @@ def link_of(hw: HardwareProfile, group: np.ndarray) -> tuple[np.ndarray, np.ndar
     return bw, lat
 
 
+def all_to_all_latency(hw: HardwareProfile, group) -> np.ndarray:
+    """Fixed time of one EP dispatch or combine: the link's ``all_to_all_latency`` inside the
+    scale-up domain where the profile measured it apart from the all-reduce's (Ascend UB:
+    CloudMatrix384 Table 6), else the link latency."""
+    up = hw.scale_up
+    inside = (up.all_to_all_latency or up.latency).value
+    return np.where(np.asarray(group) <= hw.domain_size, inside, hw.scale_out.latency.value)
+
+
 def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.ndarray:
     """Seconds of one collective; zero where the group is a single device."""
     group = np.asarray(group, dtype=float)
@@ -161,7 +170,7 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
-    t = _own(np.add, _own(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw), hw.scale_up.latency.value)
+    t = _own(np.add, _own(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw), all_to_all_latency(hw, group))
     inside = group <= dom
     if not (inside.all() and np.shape(t) == np.broadcast_shapes(np.shape(t), inside.shape)):
         token = np.asarray(token_bytes() if callable(token_bytes) else token_bytes, dtype=float)

@@ -68,7 +68,7 @@ def cp_prefill(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DType
     k = np.asarray(cp, float)
     st = step_time(model, hw, lay, rank_step(prompt_tokens, cp, batch), dtypes)
     attention_s = sum((t.time_s for t in st.ops if t.op.kind is OpKind.attention), 0.0)
-    per_token = kv_bytes_per_token_device(model, lay, dtypes.kv)          # this stage's attention layers
+    per_token = kv_bytes_per_token_device(model, lay, dtypes.kv, hw)          # this stage's attention layers
     layers = model.num_attention_layers
     b = np.asarray(batch, float) / lay.attention_dp                     # prompts per attention replica
     block = b * np.asarray(prompt_tokens, float) / k * per_token * lay.pp / layers   # one layer's K,V block

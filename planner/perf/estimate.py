@@ -36,7 +36,7 @@ from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
-from planner.perf.parallel import Layout, check_layout, layout_problems
+from planner.perf.parallel import Layout, check_layout, die_layout_problems, layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
@@ -83,8 +83,12 @@ def _pipeline_p2p(hw: HardwareProfile, model: ModelSpec, lay: Layout, tokens, dt
 
 def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_len, output_len,
              dtypes: DTypes, spec: Speculation = NO_SPECULATION) -> PhaseTimes:
-    """TTFT, TPOT and memory for arrays of candidates (no validation; see ``estimate``)."""
+    """TTFT, TPOT and memory for arrays of candidates (no validation; see ``estimate``). On a
+    multi-die package the steps are timed on one die of the layout over dies (``on_dies``), and
+    the memory is the package's (its dies together)."""
     batch, input_len, output_len = (np.asarray(x, dtype=float) for x in (batch, input_len, output_len))
+    dies = hw.dies_per_device
+    hw, lay = on_dies(hw, lay)
     pp = lay.pp
     # prefill: all prompts in one step (pp == 1) or streamed one prompt per micro-batch
     mb = np.where(pp > 1, 1.0, batch)
@@ -104,7 +108,7 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
         mid = st if frac == 0.5 else mid
     tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
     ops = layer_ops(model, lay, Step.of(batch, 1.0, input_len), dtypes)
-    mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len)
+    mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len).of_package(dies)
     if table_for(hw.name) is not None:
         ttft, tpot = _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, tpot)
     return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
@@ -214,6 +218,9 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay)
+    die_problem = str(np.ravel(die_layout_problems(m, hw, lay))[0])
+    if die_problem:
+        raise InputError(f"invalid parallel layout tp={tp} ep={ep} pp={pp} for {m.name} {die_problem}")
     spec = Speculation(mtp_tokens, mtp_acceptance)
     r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes, spec)
     f = _first
@@ -293,8 +300,9 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
         if layout_problems(m, cand)[()] or max(tp, ep) > hw.domain_size:
             continue
         dt = DTypes(weight=w, kv=dtypes.kv)
-        ops = layer_ops(m, cand, Step.of(batch, 1.0, input_len), dt)
-        if bool(np.ravel(memory_use(m, hw, cand, ops, dt, batch, input_len + output_len).fits)[0]):
+        rank_hw, ranks = on_dies(hw, cand)
+        ops = layer_ops(m, ranks, Step.of(batch, 1.0, input_len), dt)
+        if bool(np.ravel(memory_use(m, rank_hw, ranks, ops, dt, batch, input_len + output_len).fits)[0]):
             tips.append(f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else "") + (f" --pp {pp}" if pp > 1 else "")
                         + (f" --weight-dtype {w.value}" if w != dtypes.weight else ""))
         if len(tips) >= 3:
@@ -315,11 +323,11 @@ def operator_breakdown(e: Estimate) -> list[dict]:
     lay = Layout.of(e.tp, e.ep, e.pp)
     r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes, Speculation(e.mtp_tokens, e.mtp_acceptance))
     rows = []
-    eff = hw.efficiency
+    eff, rank_hw = hw.efficiency, hw.per_die()    # the steps are one rank's (one die of a package)
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):
         for t in st.ops:
             f = _first
-            ideal, how, source = explain_op(hw, t, dtypes)
+            ideal, how, source = explain_op(rank_hw, t, dtypes)
             rows.append(dict(phase=phase, op=t.op.name, kind=t.op.kind.value, layers=t.op.count,
                              time_s=f(t.time_s), roofline_s=f(t.op.count * ideal), efficiency=how, source=source,
                              flops=f(t.op.count * np.asarray(t.op.flops)),

@@ -40,7 +40,7 @@ def _scalar(x) -> float:
 def hbm_cache_tokens(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
                      running_tokens: float) -> float:
     """Tokens of the instance's HBM KV pool left after the running sequences' ``running_tokens``."""
-    per_token = _scalar(kv_bytes_per_token_device(model, lay, dtypes.kv))
+    per_token = _scalar(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))
     pool = _scalar(free_kv_bytes_device(model, hw, lay, dtypes)) / per_token * _scalar(lay.attention_dp)
     return max(pool - running_tokens, 0.0)
 
@@ -50,7 +50,7 @@ def instance_tiers(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: D
                    bytes_per_accelerator: dict[str, float] | None = None) -> list[Tier]:
     """The instance's tiers, fastest first; ``bytes_per_accelerator`` overrides an offload tier's
     capacity (e.g. to sweep host memory per GPU)."""
-    per_token = _scalar(kv_bytes_per_token_device(model, lay, dtypes.kv))
+    per_token = _scalar(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))
     dp = _scalar(lay.attention_dp)
     out = []
     for name in tiers:

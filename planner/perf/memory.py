@@ -16,7 +16,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 
 # Tokens a prefill step processes at once (vLLM V1 default max_num_batched_tokens = 8192 for
 # online serving on large GPUs); sizes the activation workspace.
@@ -29,11 +29,24 @@ def _kv_elements_per_token_layer(model: ModelSpec, tp: np.ndarray) -> np.ndarray
     return 2.0 * np.maximum(model.num_kv_heads / tp, 1) * model.head_dim
 
 
-def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
+def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType,
+                              hw: HardwareProfile | None = None) -> np.ndarray:
     """KV-cache bytes one token adds on one device (its stage's full-attention layers; windowed
-    layers are bounded per sequence, see ``state_bytes_per_sequence_device``)."""
+    layers are bounded per sequence, see ``state_bytes_per_sequence_device``). With ``hw`` a
+    multi-die package: the bytes on the dies of the package that hold the token (``_on_package``)."""
+    if hw is not None and hw.dies_per_device > 1:
+        return _on_package(kv_bytes_per_token_device, model, layout, kv_dtype, hw)
     per_layer = _kv_elements_per_token_layer(model, layout.tp)
     return model.num_attention_layers * per_layer * kv_dtype.bytes / layout.pp
+
+
+def _on_package(per_rank, model: ModelSpec, layout: Layout, kv_dtype: DType, hw: HardwareProfile) -> np.ndarray:
+    """A per-sequence quantity of a package from its ranks': a sequence's KV lives on the dies of
+    its attention replica, ``tp over dies / tp`` of them per package (all dies of a TP group's
+    packages; one die under attention data parallelism), each holding the per-rank share (GQA
+    heads replicated once the dies outnumber them)."""
+    _, ranks = on_dies(hw, layout)
+    return per_rank(model, ranks, kv_dtype) * (ranks.tp / layout.tp)
 
 
 # Linear-attention recurrent states are kept in FP32 whatever the KV format: the chunked
@@ -43,11 +56,14 @@ def kv_bytes_per_token_device(model: ModelSpec, layout: Layout, kv_dtype: DType)
 RECURRENT_STATE_DTYPE = DType.fp32
 
 
-def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType) -> np.ndarray:
+def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType,
+                                    hw: HardwareProfile | None = None) -> np.ndarray:
     """Per-sequence memory that does not grow with the context, on one device: linear-attention
     state, and the KV of windowed layers, reserved for their whole window (``window.size``
     tokens: exact once a sequence is longer than the window, as engines that free out-of-window
     blocks hold it; it overstates shorter ones by the part of the window they do not fill)."""
+    if hw is not None and hw.dies_per_device > 1:
+        return _on_package(state_bytes_per_sequence_device, model, layout, kv_dtype, hw)
     out = np.zeros(layout.tp.shape)
     la, win = model.linear_attention, model.window
     if la is not None:
@@ -92,9 +108,11 @@ def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
 def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes) -> np.ndarray:
     """Device memory left for the KV cache: capacity minus weights, workspace and the engine's
     reserve (may be negative: the model does not fit)."""
+    dies = hw.dies_per_device
+    hw, layout = on_dies(hw, layout)                       # one rank's, times the package's ranks
     weights = weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
     work = workspace_bytes(model, layout, dtypes)
-    return hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work)
+    return dies * (hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work))
 
 
 def _stored_ops(model: ModelSpec, layout: Layout) -> list[Op]:
@@ -127,6 +145,14 @@ class MemoryUse:
     workspace: np.ndarray
     kv_cache: np.ndarray
     kv_per_sequence: np.ndarray   # bytes one more sequence of the instance adds to a device
+
+    def of_package(self, dies: int) -> MemoryUse:
+        """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
+        the largest batch is unchanged)."""
+        if dies == 1:
+            return self
+        return MemoryUse(*(dies * getattr(self, f) for f in ("capacity", "reserved", "weights", "workspace",
+                                                             "kv_cache", "kv_per_sequence")))
 
     @property
     def used(self) -> np.ndarray:

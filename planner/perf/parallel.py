@@ -8,6 +8,12 @@ An instance is ``pp`` pipeline stages of ``D = max(tp, ep)`` devices each:
 
 So ``--tp 8`` is vLLM's default TP=8, ``--tp 8 --ep 8`` is vLLM's ``enable_expert_parallel`` on
 the same 8 GPUs, and ``--tp 1 --ep 320`` is CloudMatrix-Infer's DP320 attention + EP320 decode.
+
+Degrees count devices (packages). On a multi-die package (``HardwareProfile.dies``: Ascend 910C)
+engines run every die as its own rank, so the roofline times one die of the layout ``on_dies``
+gives: TP and EP groups span all the dies of their packages (SGLang's ``--tp 16`` on an 8-package
+A3 node is ``tp 8`` here); attention data parallelism (``tp 1`` with ``ep > 1``) stays data-parallel
+on each die (SGLang ``--enable-dp-attention``, CloudMatrix-Infer's DP320 over 160 NPUs).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from functools import cached_property
 
 import numpy as np
 
+from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InputError
 
@@ -58,6 +65,32 @@ def _read_only(x: np.ndarray) -> np.ndarray:
     if isinstance(x, np.ndarray):
         x.flags.writeable = False
     return x
+
+
+def on_dies(hw: HardwareProfile, lay: Layout) -> tuple[HardwareProfile, Layout]:
+    """(profile of one rank, layout over ranks) of ``lay`` on ``hw`` (unchanged for single-die
+    devices; idempotent: a die's profile has one die). Per-rank quantities (step time, memory of
+    one rank) follow from these; a package holds ``dies`` ranks."""
+    d = hw.dies_per_device
+    if d == 1:
+        return hw, lay
+    dp_attention = (lay.tp == 1) & (lay.ep > 1)
+    tp = np.where(dp_attention, 1, lay.tp * d)
+    ep = np.where(lay.ep > 1, lay.ep * d, 1)
+    return hw.per_die(), Layout(tp, ep, lay.pp)
+
+
+def die_layout_problems(model: ModelSpec, hw: HardwareProfile, lay: Layout) -> np.ndarray:
+    """``layout_problems`` of the layout over dies (``on_dies``), said in packages: a layout valid
+    over packages may split heads unevenly over dies (12 heads at tp 4 = 8 dies)."""
+    d = hw.dies_per_device
+    why = layout_problems(model, on_dies(hw, lay)[1])
+    if d == 1:
+        return why
+    out = np.full(why.shape, "", dtype=object)
+    bad = why != ""
+    out[bad] = [f"on {hw.name}'s {d} dies per package (tp over dies = {d} x tp): {w}" for w in why[bad]]
+    return out
 
 
 def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:

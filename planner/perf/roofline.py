@@ -21,9 +21,16 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.comm import all_reduce_form, collective_time, ep_all_to_all_time, link_of, measured_busbw
+from planner.perf.comm import (
+    all_reduce_form,
+    all_to_all_latency,
+    collective_time,
+    ep_all_to_all_time,
+    link_of,
+    measured_busbw,
+)
 from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Per, Step, add_nonneg, layer_ops, scalar_zero, scaled
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 
 
 class Bound(str, Enum):
@@ -57,7 +64,8 @@ class OpTime:
         if self.hw is None or op.kind not in COMM_KINDS:
             return 0.0
         sends = (np.asarray(op.group) > 1) & (np.asarray(op.comm_bytes) > 0)
-        return np.where(sends, link_of(self.hw, op.group)[1], 0.0)
+        lat = all_to_all_latency(self.hw, op.group) if op.kind is OpKind.all_to_all else link_of(self.hw, op.group)[1]
+        return np.where(sends, lat, 0.0)
 
     @cached_property
     def time_s(self) -> np.ndarray:
@@ -329,5 +337,7 @@ _ARRAY_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes",
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
-    """Time of one forward step of ``step.batch`` sequences through all layers."""
+    """Time of one forward step of ``step.batch`` sequences through all layers (on one die of a
+    multi-die package: ``on_dies``)."""
+    hw, layout = on_dies(hw, layout)
     return build_step(hw, layer_ops(model, layout, step, dtypes), dtypes, layout, step.batch)

@@ -23,7 +23,7 @@ from planner.perf.comm import collective_time
 from planner.perf.measured import step_time as measured_step_time
 from planner.perf.measured import table_for
 from planner.perf.ops import DTypes, Per, Step, layer_ops, merge_ops, mtp_draft_ops, scaled
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 from planner.perf.power import step_power_w
 from planner.perf.roofline import build_step
 from planner.perf.speculation import NO_SPECULATION, Speculation
@@ -112,6 +112,7 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
     parallelism the batch is split in ``pp`` micro-batches that each cross every stage. With
     speculation each decoding sequence verifies ``1 + k`` tokens and runs ``k`` draft passes."""
+    hw, lay = on_dies(hw, lay)          # a multi-die package: one die's step (power stays the package's)
     pp, k = lay.pp, spec.draft_tokens
     n = np.asarray(n_decode, float) / pp
     dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx), dtypes)

@@ -102,8 +102,8 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     """(largest mean decode batch, the limit that sets it) per candidate."""
     free = free_kv_bytes_device(model, hw, lay, dtypes)
     held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
-    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv) * held
-               + state_bytes_per_sequence_device(model, lay, dtypes.kv)) / lay.attention_dp
+    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held
+               + state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
     dp = lay.attention_dp                       # engine limits apply per attention replica
     verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration

@@ -122,8 +122,8 @@ def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide."""
     free_dev = free_kv_bytes_device(model, hw, lay, dtypes)
     dp = float(np.ravel(lay.attention_dp)[0])
-    per_tok = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv))[0])
-    state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv))[0])
+    per_tok = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0])
+    state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0])
     return float(np.ravel(free_dev)[0]) * dp, per_tok, state
 
 

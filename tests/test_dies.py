@@ -1,0 +1,107 @@
+"""Per-die accounting on multi-die packages (Ascend 910C: two dies, each its own rank)."""
+
+import numpy as np
+import pytest
+
+from planner.catalog.dtypes import DType
+from planner.catalog.hardware import hardware
+from planner.catalog.model_catalog import model
+from planner.perf.estimate import estimate
+from planner.perf.memory import free_kv_bytes_device, kv_bytes_per_token_device
+from planner.perf.ops import DTypes, Step
+from planner.perf.parallel import Layout, on_dies
+from planner.perf.roofline import step_time
+
+
+def test_a_910c_die_has_half_the_package():
+    pkg = hardware("ascend-910c")
+    die = pkg.per_die()
+    assert pkg.dies_per_device == 2 and die.dies_per_device == 1
+    assert die.peak_flops[DType.bf16].value == pytest.approx(353.9e12)       # 707.8 / 2
+    assert die.memory.capacity.value == 64 * 2**30
+    assert die.memory.bandwidth.value == pytest.approx(1.6e12)
+    assert die.scale_up.bandwidth_per_direction.value == pytest.approx(196e9)  # cm384_paper: per die
+    assert die.domain_size == 16                                               # an A3 node: 16 ranks
+    assert die.efficiency == pkg.efficiency and die.power == pkg.power
+    assert die.per_die() is die and pkg.per_die() is die                       # idempotent, cached
+    assert hardware("ascend-910b").per_die() is hardware("ascend-910b")        # one die: itself
+
+
+@pytest.mark.parametrize("tp, ep, ranks", [(4, 1, (8, 1)), (1, 1, (2, 1)), (1, 8, (1, 16)), (2, 8, (4, 16)),
+                                           (8, 8, (16, 16))])
+def test_layout_over_dies(tp, ep, ranks):
+    """TP and EP groups span every die of their packages; attention data parallelism (tp 1, ep > 1)
+    stays data-parallel on each die (SGLang --enable-dp-attention, CloudMatrix-Infer DP320)."""
+    hw, lay = on_dies(hardware("ascend-910c"), Layout.of(tp, ep, 1))
+    assert (int(lay.tp), int(lay.ep)) == ranks and int(lay.pp) == 1
+    assert int(lay.stage_devices) == 2 * max(tp, ep)                           # two ranks per package
+    assert on_dies(hw, lay)[1] is lay                                          # a die is not split again
+
+
+def test_a_package_step_is_one_die_step():
+    """A 910C at tp 4 runs exactly what one die of a tp 8 group over dies runs."""
+    m, pkg = model("qwen3-32b"), hardware("ascend-910c")
+    step, dt = Step.of(16, 1.0, 4000.0), DTypes()
+    a = step_time(m, pkg, Layout.of(4, 1, 1), step, dt).total_s
+    b = step_time(m, pkg.per_die(), Layout.of(8, 1, 1), step, dt).total_s
+    assert float(a) == float(b)
+
+
+def test_all_reduce_over_dies_moves_each_die_the_full_payload():
+    """Per-die accounting makes a TP all-reduce slower than the package view: each die reduces the
+    whole activation over its own half of the link, and the ring has twice the ranks."""
+    from planner.perf.comm import collective_time
+
+    pkg = hardware("ascend-910c")
+    payload = 64e6                                                             # bandwidth-bound
+    t_pkg = float(collective_time(pkg, "all_reduce", payload, 4))
+    t_die = float(collective_time(pkg.per_die(), "all_reduce", payload, 8))
+    bw = 392e9 * pkg.efficiency.scale_up.value
+    assert t_pkg == pytest.approx(2 * 3 / 4 * payload / bw + 20e-6)
+    assert t_die == pytest.approx(2 * 7 / 8 * payload / (bw / 2) + 20e-6)
+
+
+def test_gqa_heads_are_replicated_once_dies_outnumber_them():
+    """Qwen3-32B has 8 KV heads: at tp 8 over packages = 16 dies, each die holds one head (two
+    dies per head), so a package holds 2 x 64 layers x 2 (K, V) x 128 x 2 bytes per token."""
+    m, pkg = model("qwen3-32b"), hardware("ascend-910c")
+    per_tok = float(kv_bytes_per_token_device(m, Layout.of(8, 1, 1), DType.bf16, pkg))
+    assert per_tok == 2 * 64 * 2 * 1 * 128 * 2
+    assert float(kv_bytes_per_token_device(m, Layout.of(8, 1, 1), DType.bf16)) == 64 * 2 * 1 * 128 * 2
+    # at tp 2 (4 dies, 2 heads each) nothing is replicated: the package view holds
+    assert float(kv_bytes_per_token_device(m, Layout.of(2, 1, 1), DType.bf16, pkg)) == 64 * 2 * 4 * 128 * 2
+
+
+def test_package_memory_is_its_dies_together():
+    m, pkg = model("qwen3-32b"), hardware("ascend-910c")
+    free_pkg = float(free_kv_bytes_device(m, pkg, Layout.of(2, 1, 1), DTypes()))
+    free_die = float(free_kv_bytes_device(m, pkg.per_die(), Layout.of(4, 1, 1), DTypes()))
+    assert free_pkg == 2 * free_die
+    e = estimate("qwen3-32b", "ascend-910c", tp=2, batch=8, input_len=1000, output_len=100)
+    assert e.memory.capacity_bytes == 128 * 2**30 and e.accelerators == 2
+    d = estimate("qwen3-32b", pkg.per_die(), tp=4, batch=8, input_len=1000, output_len=100)
+    assert e.memory.weights_bytes == pytest.approx(2 * d.memory.weights_bytes)
+    assert e.memory.max_batch == d.memory.max_batch and e.tpot_s == d.tpot_s
+
+
+def test_mla_under_attention_dp_is_not_replicated_per_die():
+    """DeepSeek's latent cache with DP attention: a sequence lives on one die, so a token costs a
+    package one latent row, as in the package view."""
+    m, pkg = model("deepseek-r1"), hardware("ascend-910c")
+    lay = Layout.of(1, 8, 1)
+    assert np.array_equal(kv_bytes_per_token_device(m, lay, DType.bf16, pkg),
+                          kv_bytes_per_token_device(m, lay, DType.bf16))
+
+
+def test_heads_that_do_not_split_over_dies_are_a_clear_error():
+    """12 heads at tp 4 divide over 4 packages but not over their 8 dies: an answer naming the
+    dies, not a fractional head count; the search skips such layouts."""
+    from planner.errors import InputError
+    from planner.search import layouts
+
+    m = model("qwen3-32b").model_copy(update={"num_heads": 12, "num_kv_heads": 4})
+    with pytest.raises(InputError, match="2 dies per package"):
+        estimate(m, "ascend-910c", tp=4, batch=1, input_len=100, output_len=10)
+    assert estimate(m, "ascend-910b", tp=4, batch=1, input_len=100, output_len=10).tpot_s > 0
+    lay = layouts(m, hardware("ascend-910c"), [1, 2, 4], [1], [1])
+    assert sorted(lay.tp.tolist()) == [1, 2]
