@@ -10,7 +10,7 @@ import pytest
 import planner
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import with_framework
-from planner.perf.comm import collective_time, ep_all_to_all_time, link_of, measured_busbw
+from planner.perf.comm import all_to_all_latency, collective_time, ep_all_to_all_time, link_of, measured_busbw
 from planner.perf.memory import free_kv_bytes_device
 from planner.perf.ops import DTypes, Op, OpKind, Step, _combined_imbalance, layer_ops, merge_ops
 from planner.perf.parallel import Layout
@@ -54,7 +54,7 @@ def _old_ep_all_to_all_time(hw, intra_bytes, token_bytes, draws, group):
     up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
-    t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + hw.scale_up.latency.value
+    t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + all_to_all_latency(hw, group)
     nodes = np.maximum(np.ceil(group / dom), 1.0)
     reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
     t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw + hw.scale_out.latency.value
@@ -70,7 +70,8 @@ def _payloads(rng, shape):
     return x
 
 
-@pytest.mark.parametrize("name", ["h100-sxm", "gb200-nvl72", "a10g", "tpu-v6e", "trn2", "cloudmatrix384"])
+@pytest.mark.parametrize("name", ["h100-sxm", "gb200-nvl72", "a10g", "tpu-v6e", "trn2", "cloudmatrix384",
+                                  "ascend-910c"])
 def test_collectives_equal_every_branch_evaluated(name):
     hw = planner.hardware(name)
     rng = np.random.default_rng(1)
