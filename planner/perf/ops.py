@@ -127,6 +127,8 @@ class Step:
     @classmethod
     def of(cls, batch, q_len, ctx) -> Step:
         b, q, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
+        for x in (b, q, c):     # broadcast views share memory: never written, and said so (numpy
+            x.flags.writeable = False   # warns when a reader asks whether they are writeable)
         return cls(b, q, c)
 
     @classmethod

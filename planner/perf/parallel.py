@@ -77,7 +77,7 @@ def on_dies(hw: HardwareProfile, lay: Layout) -> tuple[HardwareProfile, Layout]:
     dp_attention = (lay.tp == 1) & (lay.ep > 1)
     tp = np.where(dp_attention, 1, lay.tp * d)
     ep = np.where(lay.ep > 1, lay.ep * d, 1)
-    return hw.per_die(), Layout(tp, ep, lay.pp)
+    return hw.per_die(), Layout.of(tp, ep, lay.pp)
 
 
 def die_layout_problems(model: ModelSpec, hw: HardwareProfile, lay: Layout) -> np.ndarray:
