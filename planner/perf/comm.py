@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.catalog.hardware import HardwareProfile, sweep_columns
+from planner.perf.ops import in_place, into
 
 _SHAPE = {"all_reduce": 2.0, "all_to_all": 1.0, "p2p": None}
 
@@ -72,32 +73,18 @@ def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.
         factor = factor * np.where(group <= hw.domain_size, np.maximum(np.sqrt(group) / 2, 1.0), 1.0)
     payload = np.asarray(payload_bytes, dtype=float)
     moved = payload if kind == "p2p" else factor * payload      # 1.0 x payload = payload: not multiplied
-    t = _own(np.add, moved / bw, lat)
+    t = in_place(np.add, moved / bw, lat)
     sweep = hw.scale_up.all_reduce_sweep
     if kind == "all_reduce" and hop is None and sweep is not None:
         inside = group <= hw.domain_size
         if inside.any():
             _, one_shot, measured = _all_reduce_forms(sweep, payload, group, bw, lat, t, moved)
-            best = _into(np.minimum, one_shot, _into(np.maximum, t, measured, measured), one_shot)
+            best = into(np.minimum, one_shot, into(np.maximum, t, measured, measured), one_shot)
             # a group inside the domain everywhere (TP groups always are) takes ``best`` as it is
             t = best if inside.all() and np.shape(best) == np.broadcast_shapes(np.shape(best), np.shape(t),
                                                                               inside.shape) \
                 else np.where(inside, best, t)
     return _where_sends(group > 1, t)
-
-
-def _own(ufunc, a, b):
-    """``ufunc(a, b)`` for ``a`` a temporary the caller made: in place when it has the result's
-    shape (the same values without another allocation)."""
-    return _into(ufunc, a, b, a)
-
-
-def _into(ufunc, a, b, out):
-    """``ufunc(a, b)``, written into ``out`` (a temporary the caller made, ``a`` or ``b``) when it
-    has the result's shape."""
-    if isinstance(out, np.ndarray) and out.ndim and np.broadcast_shapes(np.shape(a), np.shape(b)) == out.shape:
-        return ufunc(a, b, out=out)
-    return ufunc(a, b)
 
 
 def _where_sends(sends: np.ndarray, t):
@@ -117,7 +104,7 @@ def _all_reduce_forms(sweep, payload, group, bw, lat, alpha_beta=None, moved=Non
         moved = factor * payload
     if alpha_beta is None:
         alpha_beta = moved / bw + lat
-    one_shot = _own(np.add, _own(np.divide, (group - 1) * payload, bw), lat)
+    one_shot = in_place(np.add, in_place(np.divide, (group - 1) * payload, bw), lat)
     return alpha_beta, one_shot, moved / measured_busbw(sweep.path, payload)
 
 
@@ -170,7 +157,8 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
-    t = _own(np.add, _own(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw), all_to_all_latency(hw, group))
+    moved = in_place(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw)
+    t = in_place(np.add, moved, all_to_all_latency(hw, group))
     inside = group <= dom
     if not (inside.all() and np.shape(t) == np.broadcast_shapes(np.shape(t), inside.shape)):
         token = np.asarray(token_bytes() if callable(token_bytes) else token_bytes, dtype=float)

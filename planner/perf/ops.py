@@ -453,7 +453,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
     so a sum may be written into a ``b`` array that no other field of either list holds - the
     same numbers without a fresh array (``x + y`` in place in ``y``)."""
     out, combined, sums = [], {}, {}
-    uses = Counter(id(v) for op in (*a, *b) for f in _OP_ARRAYS if isinstance(v := getattr(op, f), np.ndarray)) \
+    uses = Counter(id(v) for op in (*a, *b) for f in OP_ARRAY_FIELDS if isinstance(v := getattr(op, f), np.ndarray)) \
         if consume_b else {}
 
     def add(u, v):
@@ -487,7 +487,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
     return out
 
 
-_OP_ARRAYS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "params", "keys",
+OP_ARRAY_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "params", "keys",
               "remote_bytes", "imbalance")
 
 
@@ -498,6 +498,20 @@ def _add_into(x, y):
             and not scalar_zero(x) and np.broadcast_shapes(np.shape(x), y.shape) == y.shape and x is not y:
         return np.add(x, y, out=y)
     return add_nonneg(x, y)
+
+
+def in_place(ufunc, a, b):
+    """``ufunc(a, b)`` for ``a`` a temporary the caller made: in place when it has the result's
+    shape (the same values without another full-size allocation)."""
+    return into(ufunc, a, b, a)
+
+
+def into(ufunc, a, b, out):
+    """``ufunc(a, b)``, written into ``out`` (a temporary the caller made, ``a`` or ``b``) when it
+    has the result's shape."""
+    if isinstance(out, np.ndarray) and out.ndim and np.broadcast_shapes(np.shape(a), np.shape(b)) == out.shape:
+        return ufunc(a, b, out=out)
+    return ufunc(a, b)
 
 
 def add_nonneg(x, y):

@@ -29,7 +29,20 @@ from planner.perf.comm import (
     link_of,
     measured_busbw,
 )
-from planner.perf.ops import COMM_KINDS, DTypes, Op, OpKind, Per, Step, add_nonneg, layer_ops, scalar_zero, scaled
+from planner.perf.ops import (
+    COMM_KINDS,
+    OP_ARRAY_FIELDS,
+    DTypes,
+    Op,
+    OpKind,
+    Per,
+    Step,
+    add_nonneg,
+    in_place,
+    layer_ops,
+    scalar_zero,
+    scaled,
+)
 from planner.perf.parallel import Layout, on_dies
 
 
@@ -74,10 +87,10 @@ class OpTime:
         times of an operator without communication, so that maximum is skipped."""
         t = np.maximum(self.compute_s, self.memory_s)
         if not _zero(self.comm_s):
-            t = _apply(np.maximum, t, self.comm_s)
+            t = in_place(np.maximum, t, self.comm_s)
         if not _zero(self.fixed_s):
-            t = _apply(np.add, t, self.fixed_s)
-        return t if self.op.count == 1 and isinstance(t, np.ndarray) else _apply(np.multiply, t, self.op.count)
+            t = in_place(np.add, t, self.fixed_s)
+        return t if self.op.count == 1 and isinstance(t, np.ndarray) else in_place(np.multiply, t, self.op.count)
 
     @property
     def bound(self) -> np.ndarray:
@@ -148,19 +161,11 @@ class StepTime:
 _zero = scalar_zero          # an operator without that part
 
 
-def _apply(ufunc, a, b):
-    """``ufunc(a, b)``, in place in ``a`` (a temporary of the caller's) when it already has the
-    result's shape: the same values without another full-size allocation."""
-    if isinstance(a, np.ndarray) and a.ndim and np.broadcast_shapes(a.shape, np.shape(b)) == a.shape:
-        return ufunc(a, b, out=a)
-    return ufunc(a, b)
-
-
 def _total(parts) -> np.ndarray:
     """``sum(parts)`` (left to right, as Python's ``sum`` adds them), accumulated in place."""
     acc = 0
     for x in parts:
-        acc = _apply(np.add, acc, x) if isinstance(acc, np.ndarray) and acc.ndim else acc + x
+        acc = in_place(np.add, acc, x) if isinstance(acc, np.ndarray) and acc.ndim else acc + x
     return acc
 
 
@@ -198,10 +203,10 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         by_format = eff.memory_by_format.get(dtypes.weight) if op.kind is OpKind.gemm else None
         stream = (by_format or eff.memory).value
         denom = peak * eff.gemm_plateau(fmt) * grouped
-        compute = flops / denom if _ones(load, flops.shape) else _apply(np.divide, flops * load, denom)  # x * 1 = x
+        compute = flops / denom if _ones(load, flops.shape) else in_place(np.divide, flops * load, denom)  # x * 1 = x
         per_byte = bw * eff.memory.value
-        streamed = moved / per_byte if _ones(load, moved.shape) else _apply(np.divide, moved * load, per_byte)
-        memory = _apply(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
+        streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
+        memory = in_place(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
     if weight.size and bool(np.all(weight > 0)):
         fixed = eff.kernel_latency.value     # every row is busy (a row with NaN work times NaN either way)
     else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
@@ -326,14 +331,10 @@ def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layou
 
 def _inputs_of(hw: HardwareProfile, op: Op) -> tuple:
     """What ``op_time`` reads of an operator (arrays by identity: the caller's list holds them
-    all, so an id is not reused while the key is in use). The name counts only where it chooses
-    the dispatch format."""
+    all, so an id is not reused while the key is in use; ``params`` is not read, and only makes
+    the key finer). The name counts only where it chooses the dispatch format."""
     fmt = hw.efficiency.fp8_dispatch and op.kind is OpKind.all_to_all and op.name.endswith("dispatch")
-    return (op.kind, op.count, op.grouped, op.draws, fmt, *(id(getattr(op, f)) for f in _ARRAY_FIELDS))
-
-
-_ARRAY_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "remote_bytes", "keys",
-                 "imbalance")
+    return (op.kind, op.count, op.grouped, op.draws, fmt, *(id(getattr(op, f)) for f in OP_ARRAY_FIELDS))
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
