@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import planner
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import hardware
 from planner.catalog.model_catalog import model
@@ -102,6 +103,8 @@ def test_heads_that_do_not_split_over_dies_are_a_clear_error():
     m = model("qwen3-32b").model_copy(update={"num_heads": 12, "num_kv_heads": 4})
     with pytest.raises(InputError, match="2 dies per package"):
         estimate(m, "ascend-910c", tp=4, batch=1, input_len=100, output_len=10)
+    with pytest.raises(InputError, match="2 dies per package"):    # every check_layout given the profile
+        planner.throughput(m, "ascend-910c", tp=4, input_len=100, output_len=10)
     assert estimate(m, "ascend-910b", tp=4, batch=1, input_len=100, output_len=10).tpot_s > 0
     lay = layouts(m, hardware("ascend-910c"), [1, 2, 4], [1], [1])
     assert sorted(lay.tp.tolist()) == [1, 2]

@@ -235,7 +235,7 @@ def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: En
     if spec.servers % spec.racks:
         raise InputError(f"racks: {spec.racks} racks do not split {spec.servers} servers evenly")
     lay = Layout.of(spec.tp, 1, 1)
-    check_layout(model, lay)
+    check_layout(model, lay, hw)
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     stats = length_stats(workload)

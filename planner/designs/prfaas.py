@@ -140,7 +140,7 @@ def _layout(model: ModelSpec, site: Site) -> Layout:
 def _site_prefill_s(model, site: Site, dtypes, lengths) -> np.ndarray:
     hw = with_framework(get_hardware(site.hardware))
     lay = _layout(model, site)
-    check_layout(model, lay)
+    check_layout(model, lay, hw)
     tokens = np.maximum(np.round(lengths * (1 - site.prefix_hit)), 1)
     return iteration(model, hw, lay, dtypes, 0.0, 16.0, tokens, tokens).time_s
 

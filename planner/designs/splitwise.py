@@ -213,7 +213,7 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
                        kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
     hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
     lay = Layout.of(b.pool.tp, 1, b.pool.pp)
-    check_layout(model, lay)
+    check_layout(model, lay, hw)
     _no_cp(b.pool, f"baseline {b.name}")
     workload, cache = with_pool_cache(model, workload, kv_cache, b.pool, hw, dtypes)
     stats = length_stats(workload)
@@ -289,8 +289,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
     stats = length_stats(workload)
     play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
-    check_layout(model, play)
-    check_layout(model, tlay)
+    check_layout(model, play, php)
+    check_layout(model, tlay, thw)
     _no_cp(d.token, f"token pool of {d.name}")
     if spec.mixed_pool:
         _no_cp(d.prompt, f"mixed pool of {d.name}")

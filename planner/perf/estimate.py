@@ -36,7 +36,7 @@ from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
-from planner.perf.parallel import Layout, check_layout, die_layout_problems, layout_problems, on_dies
+from planner.perf.parallel import Layout, check_layout, layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
@@ -217,10 +217,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     check_context(m, input_len + output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
-    check_layout(m, lay)
-    die_problem = str(np.ravel(die_layout_problems(m, hw, lay))[0])
-    if die_problem:
-        raise InputError(f"invalid parallel layout tp={tp} ep={ep} pp={pp} for {m.name} {die_problem}")
+    check_layout(m, lay, hw)
     spec = Speculation(mtp_tokens, mtp_acceptance)
     r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes, spec)
     f = _first

@@ -89,7 +89,7 @@ def die_layout_problems(model: ModelSpec, hw: HardwareProfile, lay: Layout) -> n
         return why
     out = np.full(why.shape, "", dtype=object)
     bad = why != ""
-    out[bad] = [f"on {hw.name}'s {d} dies per package (tp over dies = {d} x tp): {w}" for w in why[bad]]
+    out[bad] = [f"over {hw.name}'s {d} dies per package (tp over dies = {d} x tp), {w}" for w in why[bad]]
     return out
 
 
@@ -122,9 +122,12 @@ def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
     return why
 
 
-def check_layout(model: ModelSpec, layout: Layout) -> None:
-    """Raise ``InputError`` for the first invalid candidate (scalar use: the CLI and ``estimate``)."""
+def check_layout(model: ModelSpec, layout: Layout, hw: HardwareProfile | None = None) -> None:
+    """Raise ``InputError`` for the first invalid candidate (scalar use: the CLI and ``estimate``);
+    with ``hw``, the layout must also split over a multi-die package's dies."""
     why = layout_problems(model, layout)
+    if hw is not None and not (why != "").any():
+        why = die_layout_problems(model, hw, layout)
     bad = np.flatnonzero(why != "")
     if bad.size:
         i = bad[0]

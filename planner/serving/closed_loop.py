@@ -69,7 +69,7 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     check_context(m, input_len + output_len)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
-    check_layout(m, lay)
+    check_layout(m, lay, hw)
     w = Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
     return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
 
