@@ -108,3 +108,12 @@ def test_heads_that_do_not_split_over_dies_are_a_clear_error():
     assert estimate(m, "ascend-910b", tp=4, batch=1, input_len=100, output_len=10).tpot_s > 0
     lay = layouts(m, hardware("ascend-910c"), [1, 2, 4], [1], [1])
     assert sorted(lay.tp.tolist()) == [1, 2]
+
+
+def test_memory_tips_only_name_layouts_that_split_over_dies():
+    """A 910C that runs out of memory is offered more TP or PP, but never a TP the dies cannot
+    split (12 heads: tp 2 = 4 dies yes, tp 4 = 8 dies no; the package view offered --tp 4 --pp 4)."""
+    m = model("qwen3-32b").model_copy(update={"num_heads": 12, "num_kv_heads": 4})
+    e = estimate(m, "ascend-910c", tp=1, batch=200, input_len=30000, output_len=10)
+    assert not e.fits and any(t.startswith("--tp 2") for t in e.suggestions)
+    assert not any(t.startswith(("--tp 4", "--tp 8")) for t in e.suggestions)

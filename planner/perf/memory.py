@@ -8,7 +8,7 @@ MLA's latent cache is replicated on every TP rank (so MLA prefers attention DP: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -151,8 +151,7 @@ class MemoryUse:
         the largest batch is unchanged)."""
         if dies == 1:
             return self
-        return MemoryUse(*(dies * getattr(self, f) for f in ("capacity", "reserved", "weights", "workspace",
-                                                             "kv_cache", "kv_per_sequence")))
+        return MemoryUse(*(dies * getattr(self, f.name) for f in fields(self)))
 
     @property
     def used(self) -> np.ndarray:
