@@ -75,9 +75,25 @@ def test_node_limited_routing_sends_fewer_copies_over_the_nic():
     nic = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     copies = 4 * (1 - 0.75**4) * 0.75
     nvlink_fwd = 7 / 8 * 8 * token_bytes / (hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value)
-    assert float(t4) == pytest.approx(max(copies * token_bytes / nic + hw.scale_out.latency.value, nvlink_fwd))
+    kernel_s = hw.scale_up.latency.value + hw.scale_out.latency.value
+    assert float(t4) == pytest.approx(max(copies * token_bytes / nic, nvlink_fwd) + kernel_s)
     t8 = ep_all_to_all_time(hw, 8 * token_bytes, token_bytes, 8.0, 32)
     assert float(t8) >= float(t4)
+
+
+@pytest.mark.parametrize("name", ["h800", "ascend-910c"])
+def test_an_all_to_all_across_domains_never_costs_less_than_inside_one(name):
+    """A few bytes: inside the domain the kernel's fixed cost (the 910C's UB all-to-all 70 us),
+    across domains that plus the network's (DeepEP internode kernels still forward over the
+    scale-up link). Before, the cross-domain branch paid only the network latency, so EP16 over two
+    910C nodes cost less per layer than EP8 in one."""
+    hw = hardware(name)
+    up = (hw.scale_up.all_to_all_latency or hw.scale_up.latency).value
+    dom = hw.domain_size
+    inside, across = (float(ep_all_to_all_time(hw, 8e3, 1e3, 8.0, g)) for g in (dom, 2 * dom))
+    assert inside == pytest.approx(up, rel=0.01)
+    assert across == pytest.approx(up + hw.scale_out.latency.value, rel=0.01)
+    assert across > inside
 
 
 def test_overlap_hides_dispatch_in_prefill_but_not_below_the_compute_time():

@@ -57,9 +57,10 @@ def _old_ep_all_to_all_time(hw, intra_bytes, token_bytes, draws, group):
     t_in = (group - 1) / np.maximum(group, 1) * intra / up_bw + all_to_all_latency(hw, group)
     nodes = np.maximum(np.ceil(group / dom), 1.0)
     reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
-    t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw + hw.scale_out.latency.value
+    t_nic = reached * (nodes - 1) / nodes * np.asarray(token_bytes, dtype=float) / out_bw
     t_fwd = (dom - 1) / dom * intra / up_bw
-    t = np.where(group <= dom, t_in, np.maximum(t_nic, t_fwd))
+    kernel = (hw.scale_up.all_to_all_latency or hw.scale_up.latency).value + hw.scale_out.latency.value
+    t = np.where(group <= dom, t_in, np.maximum(t_nic, t_fwd) + kernel)
     return np.where((group > 1) & (intra > 0), t, 0.0)
 
 

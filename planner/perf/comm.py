@@ -53,12 +53,14 @@ def link_of(hw: HardwareProfile, group: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def all_to_all_latency(hw: HardwareProfile, group) -> np.ndarray:
-    """Fixed time of one EP dispatch or combine: the link's ``all_to_all_latency`` inside the
-    scale-up domain where the profile measured it apart from the all-reduce's (Ascend UB:
-    CloudMatrix384 Table 6), else the link latency."""
+    """Fixed time of one EP dispatch or combine: the scale-up link's ``all_to_all_latency`` where
+    the profile measured it apart from the all-reduce's (Ascend UB: CloudMatrix384 Table 6), else
+    the link latency; a group spanning domains pays the network latency on top, since its kernel
+    still forwards every token over the scale-up link (DeepEP's internode kernels: EP16 dispatch
+    118 us against 77 us at EP8 on H800, its README's low-latency table)."""
     up = hw.scale_up
     inside = (up.all_to_all_latency or up.latency).value
-    return np.where(np.asarray(group) <= hw.domain_size, inside, hw.scale_out.latency.value)
+    return np.where(np.asarray(group) <= hw.domain_size, inside, inside + hw.scale_out.latency.value)
 
 
 def collective_time(hw: HardwareProfile, kind: str, payload_bytes, group) -> np.ndarray:
@@ -149,7 +151,8 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     crosses the NIC once per remote domain it reaches - drawing ``m`` times from ``N`` domains
     reaches ``N (1 - (1 - 1/N)^m)`` of them, ``(N-1)/N`` of those remote - and is then forwarded
     to its experts over the scale-up link (DeepEP internode kernels: RDMA then NVLink). The two
-    stages pipeline, so the slower one bounds the time. A row with nothing to send (a layout
+    stages pipeline, so the slower one bounds the transfer; the fixed cost is the kernel's latency
+    plus the network's (``all_to_all_latency``). A row with nothing to send (a layout
     without attention data parallelism, evaluated in the same array as one with it) costs
     nothing. ``token_bytes`` may be a function giving them, called only if a group spans domains."""
     group = np.asarray(group, dtype=float)
@@ -164,9 +167,9 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
         token = np.asarray(token_bytes() if callable(token_bytes) else token_bytes, dtype=float)
         nodes = np.maximum(np.ceil(group / dom), 1.0)
         reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
-        t_nic = reached * (nodes - 1) / nodes * token / out_bw + hw.scale_out.latency.value
+        t_nic = reached * (nodes - 1) / nodes * token / out_bw
         t_fwd = (dom - 1) / dom * intra / up_bw
-        t = np.where(inside, t, np.maximum(t_nic, t_fwd))
+        t = np.where(inside, t, np.maximum(t_nic, t_fwd) + all_to_all_latency(hw, group))
     sends = intra > 0
     if not (group > 1).all():
         sends = (group > 1) & sends
