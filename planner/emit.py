@@ -12,10 +12,13 @@ Flag names are the engines' documented ones (checked by ``tests/test_emit.py`` a
 What maps how (one engine process per instance; an instance is ``pp`` stages of ``max(tp, ep)``
 devices, attention ``tp`` x data-parallel ``max(tp, ep) / tp``):
 
-* parallelism: tp, pp, and ep (vLLM: ``--enable-expert-parallel`` with ``--data-parallel-size``);
-* ``max_num_seqs`` (per attention replica) -> ``--max-num-seqs`` / ``--max-running-requests`` /
-  ``--max_batch_size``; the iteration token budget -> ``--max-num-batched-tokens`` /
-  ``--chunked-prefill-size`` / ``--max_num_tokens``;
+* parallelism: tp, pp, and ep (vLLM: ``--enable-expert-parallel`` with ``--data-parallel-size``;
+  SGLang: ``--tp-size`` = every rank, ``--dp-size`` with ``--enable-dp-attention``), over ranks: one
+  per die of a multi-die package (Ascend 910C), attention DP per die as the roofline times it;
+* sequences and the iteration token budget as each engine counts them: vLLM per DP engine core
+  (``--max-num-seqs``, ``--max-num-batched-tokens``: the instance's split over them), SGLang for the
+  whole instance (``--max-running-requests``, ``--chunked-prefill-size``: it divides them by
+  ``--dp-size``), TensorRT-LLM ``--max_batch_size`` / ``--max_num_tokens`` per attention replica;
 * the memory the planner gave the engine (the framework's ``memory_policy`` of HBM) ->
   ``--gpu-memory-utilization`` / ``--mem-fraction-static``; TensorRT-LLM takes the KV pool as a
   fraction of the memory left after weights and workspace, derived here from the same pool;
@@ -101,23 +104,32 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         after_weights = kv / f
         mem_util = round(1 - (after_weights - kv) / cap, 3)
     stage = max(b.tp, b.ep)
+    dp = stage // b.tp
+    # engine ranks: one per die (an Ascend 910C package runs as 2), attention DP per die (on_dies)
+    d = hw.dies_per_device
+    rank_tp = 1 if (b.tp == 1 and b.ep > 1) else b.tp * d
     return dict(
         name=f"{scn.name}-{b.hardware}-tp{b.tp}".lower().replace("_", "-").replace(".", "-")[:63].strip("-"),
-        model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=stage // b.tp, devices=stage * b.pp,
+        model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
+        ranks=stage * d, rank_tp=rank_tp, rank_dp=stage * d // rank_tp, rank_ep=b.ep * d if b.ep > 1 else 1,
         mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3),
         max_num_seqs=b.max_num_seqs, max_tokens=scn.engine.max_batched_tokens,
+        # what the whole instance admits, as the planner assumed it (engine.limits_scope)
+        instance_seqs=b.max_num_seqs * dp, instance_tokens=scn.engine.instance_limits(dp)[1],
         chunked=scn.engine.chunked_prefill)
 
 
 def vllm_args(p: dict) -> list[str]:
     b = p["b"]
-    args = ["--tensor-parallel-size", str(b.tp), "--pipeline-parallel-size", str(b.pp)]
+    args = ["--tensor-parallel-size", str(p["rank_tp"]), "--pipeline-parallel-size", str(b.pp)]
     if b.ep > 1:
         if b.ep != p["stage"]:
             raise InputError(f"vLLM's expert parallelism spans all {p['stage']} TP x DP ranks of a stage, the plan "
                              f"uses ep={b.ep}; emit sglang or trtllm (explicit EP size) instead")
-        args += ["--data-parallel-size", str(p["dp"]), "--enable-expert-parallel"]
-    args += ["--max-num-seqs", str(p["max_num_seqs"]), "--max-num-batched-tokens", str(p["max_tokens"]),
+        args += ["--data-parallel-size", str(p["rank_dp"]), "--enable-expert-parallel"]
+    # each of vLLM's DP engine cores takes its own limits: the instance's split over them
+    seqs, tokens = (-(-p[k] // p["rank_dp"]) for k in ("instance_seqs", "instance_tokens"))
+    args += ["--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(tokens),
              "--gpu-memory-utilization", f"{p['mem_util']:g}",
              "--kv-cache-dtype", "fp8" if b.kv_dtype == "fp8" else "auto"]
     return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])
@@ -127,14 +139,17 @@ def sglang_args(p: dict) -> list[str]:
     b = p["b"]
     if b.pp > 1:
         raise InputError("the SGLang launch file is emitted for pp = 1 only; emit vllm or trtllm for pipeline stages")
-    args = ["--tp-size", str(b.tp)]
-    if p["dp"] > 1:
-        args += ["--dp-size", str(p["dp"]), "--enable-dp-attention"]
+    # --tp-size counts every rank; with --enable-dp-attention SGLang splits attention into --dp-size
+    # groups and divides --max-running-requests and --chunked-prefill-size among them (server_args.py),
+    # so both are the instance's
+    args = ["--tp-size", str(p["ranks"])]
+    if p["rank_dp"] > 1:
+        args += ["--dp-size", str(p["rank_dp"]), "--enable-dp-attention"]
     if b.ep > 1:
-        args += ["--ep-size", str(b.ep)]
-    args += ["--mem-fraction-static", f"{p['mem_util']:g}", "--max-running-requests", str(p["max_num_seqs"])]
+        args += ["--ep-size", str(p["rank_ep"])]
+    args += ["--mem-fraction-static", f"{p['mem_util']:g}", "--max-running-requests", str(p["instance_seqs"])]
     if p["chunked"]:
-        args += ["--chunked-prefill-size", str(p["max_tokens"])]
+        args += ["--chunked-prefill-size", str(p["instance_tokens"])]
     if b.kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])

@@ -128,7 +128,8 @@ def test_lookup_latest_per_provider_cheapest_overall():
 def test_missing_price_is_an_error_with_the_way_to_give_one():
     with pytest.raises(InputError, match=r"cost\.prices: \{cloudmatrix384: <US\$ per accelerator-hour>\}"):
         CostModel(purchase="on_demand").usd_per_device_hour(planner.hardware("cloudmatrix384"))
-    with pytest.raises(InputError, match="no rental price for 'trn2'"):
+    with pytest.raises(InputError, match=r"no rental price for 'trn2': set cost\.prices: \{trn2: <US\$ per "
+                       r"accelerator-hour>\} in the scenario"):     # one closing brace, as YAML wants
         CostModel().usd_per_device_hour(planner.hardware("trn2"))
 
 

@@ -99,9 +99,31 @@ def test_sglang_flags_documented(tmp_path, moe):
     f = _flags(argv)
     assert argv[:3] == ["python3", "-m", "sglang.launch_server"] and f["--model-path"] == "$MODEL"
     assert set(f) <= SGLANG
-    assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("1", "4", "4")
-    assert int(f["--max-running-requests"]) == best["max_num_seqs"]
+    # --tp-size counts all 4 ranks (SGLang asserts tp_size % dp_size == 0); with DP attention SGLang
+    # divides --max-running-requests and --chunked-prefill-size by --dp-size, so both are the
+    # instance's: 4 replicas x the plan's per-replica figure, 4 x the scenario's 8,192-token budget
+    assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("4", "4", "4")
+    assert int(f["--max-running-requests"]) == 4 * best["max_num_seqs"]
+    assert int(f["--chunked-prefill-size"]) == 4 * 8192
     assert f["--kv-cache-dtype"] in KV_DTYPES["sglang"]
+
+
+def test_launch_files_count_ranks_per_die_on_a_910c(tmp_path):
+    """A 910C package runs as 2 ranks: ep 4 over packages is SGLang --tp-size 8 --dp-size 8
+    --ep-size 8 and vLLM --data-parallel-size 8, each vLLM engine core taking 1/8 of the
+    instance's sequences and tokens."""
+    p = tmp_path / "moe910c.yaml"
+    p.write_text(MOE.replace("[h100-sxm]", "[ascend-910c]").replace("weight_dtype: [fp8]", "weight_dtype: [int8]")
+                 .replace("kv_dtype: fp8", "kv_dtype: bf16") + "cost:\n  prices: {ascend-910c: 2.0}\n")
+    best, out = _plan(tmp_path, p, "sglang")
+    f = _flags(_command(out / "sglang.sh"))
+    assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("8", "8", "8")
+    assert int(f["--max-running-requests"]) == 4 * best["max_num_seqs"]
+    best, out = _plan(tmp_path, p, "vllm")
+    f = _flags(_command(out / "vllm.sh"))
+    assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("1", "8")
+    assert int(f["--max-num-seqs"]) == -(-4 * best["max_num_seqs"] // 8)
+    assert int(f["--max-num-batched-tokens"]) == 4 * 8192 // 8
 
 
 def test_trtllm_flags_documented(tmp_path, moe):

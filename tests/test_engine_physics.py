@@ -2,6 +2,7 @@
 per-sequence host overhead, expert-parallel load and all-to-all as DeepEP-class engines run it.
 Expected values are derived by hand in each test."""
 
+import numpy as np
 import pytest
 
 import planner
@@ -167,3 +168,30 @@ def test_attention_plateau_follows_the_architecture_and_the_engine_generation():
     assert with_framework(hardware("h100-sxm"), "vllm-2023").efficiency.attention.prefill.value == 0.37
     assert with_framework(hardware("h100-sxm"), "vllm").efficiency.attention.prefill.value == 0.68
     assert with_framework(hardware("a100-80g"), "vllm-2023").efficiency.attention.prefill.value == 0.55
+
+
+@pytest.mark.parametrize("simulator", ["python", "auto"])
+def test_sglang_limits_count_the_whole_instance_under_dp_attention(simulator):
+    """SGLang divides --max-running-requests and --chunked-prefill-size by --dp-size (its
+    server_args.py), vLLM's DP engine cores each take their own: 16 prompts of 1,024 tokens on
+    4 attention replicas with a 4,096-token budget are one prefill iteration when the budget is
+    each replica's (16,384 in all) and four when it is the instance's."""
+    from planner.catalog.frameworks import framework
+    from planner.perf.estimate import resolve_dtypes
+    from planner.perf.parallel import Layout
+    from planner.serving.batching import Engine
+    from planner.serving.simulate import simulate
+
+    assert framework("sglang").engine().limits_scope == "instance"
+    assert framework("vllm").engine().limits_scope == "replica"
+    per_replica = Engine(max_num_seqs=64, max_batched_tokens=4096, chunked_prefill=False, simulator=simulator)
+    whole = per_replica.model_copy(update={"limits_scope": "instance"})
+    assert per_replica.instance_limits(4) == (256, 16384) and whole.instance_limits(4) == (64, 4096)
+    m, hw = planner.model("mixtral-8x7b"), with_framework(hardware("h100-sxm"))
+    n = 16
+    args = (m, hw, Layout.of(1, 4, 1), resolve_dtypes(m, "fp8", "fp8"))
+    runs = [simulate(*args, e, np.zeros(n), np.full(n, 1024), np.full(n, 2), warmup_frac=0.0)
+            for e in (per_replica, whole)]
+    assert len(np.unique(np.round(runs[0].ttft_s, 9))) == 1          # one iteration prefills all 16
+    assert len(np.unique(np.round(runs[1].ttft_s, 9))) == 4          # four prompts per iteration
+    assert runs[1].ttft_s.max() >= runs[0].ttft_s.max()     # four iterations re-read the weights four times

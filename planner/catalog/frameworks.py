@@ -1,7 +1,8 @@
 """Serving-framework entries (``catalog/frameworks.yaml``): a framework replaces the per-step
 overhead and scales the GEMM / memory / scale-up link efficiencies of a hardware profile, so old and new engines
 on the same chip can both be predicted without per-point factors; it also sets the engine's
-scheduling defaults (sequences per iteration, KV reservation policy)."""
+scheduling defaults (sequences per iteration, KV reservation policy, whether its limits are per
+attention-DP replica or for the whole instance)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ FRAMEWORKS_FILE = Path(__file__).resolve().parent / "frameworks.yaml"
 
 class KvReservation(Frozen):
     value: Literal["on_demand", "full_length"]
+    source: str
+    note: str | None = None
+
+
+class LimitsScope(Frozen):
+    value: Literal["replica", "instance"]
     source: str
     note: str | None = None
 
@@ -50,6 +57,7 @@ class Framework(Frozen):
     overlap_moe_comm: Switch | None = None
     max_num_seqs: Figure | None = None
     kv_reservation: KvReservation | None = None
+    limits_scope: LimitsScope | None = None   # engine limits per attention-DP replica or for the instance
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
 
     @field_validator("moe_imbalance")
@@ -68,6 +76,8 @@ class Framework(Frozen):
             knobs["max_num_seqs"] = int(self.max_num_seqs.value)
         if self.kv_reservation:
             knobs["kv_reservation"] = self.kv_reservation.value
+        if self.limits_scope:
+            knobs["limits_scope"] = self.limits_scope.value
         return Engine(**knobs)
 
     def apply(self, hw: HardwareProfile) -> HardwareProfile:

@@ -117,7 +117,7 @@ class CostModel(Frozen):
                               provider=r.provider, date=r.date, source=r.source, note=r.note)
         if hw.price.rent is None:
             raise InputError(f"no rental price for {hw.name!r}: set cost.prices: {{{hw.name}: <US$ per "
-                             "accelerator-hour>}} in the scenario, or choose a purchase model priced in "
+                             "accelerator-hour>} in the scenario, or choose a purchase model priced in "
                              "hardware_profiles/prices.yaml (cost.purchase: on_demand | spot | reserved_1y | ...)")
         r = hw.price.rent
         return PriceQuote(hardware=hw.name, usd_per_h=r.value, purchase="profile default", date=r.date,

@@ -56,6 +56,11 @@ class Engine(Frozen):
         "on_demand", description="on_demand: KV pages allocated as tokens are generated, the newest sequence "
         "preempted when the pool overflows (vLLM); full_length: a request is admitted only with KV for its whole "
         "prompt + output reserved, never preempted (TensorRT-LLM's default GUARANTEED_NO_EVICT)")
+    limits_scope: Literal["replica", "instance"] = Field(
+        "replica", description="what max_num_seqs and max_batched_tokens count under attention data parallelism: "
+        "replica = each DP rank's own (vLLM's DP engine cores, TensorRT-LLM's attention DP), instance = the whole "
+        "instance's, split evenly over its DP ranks (SGLang --enable-dp-attention divides --max-running-requests "
+        "and --chunked-prefill-size by --dp-size)")
     simulator: Literal["auto", "python", "numba"] = Field(
         "auto", description="the discrete-event simulator's loop: python (the reference loop), numba (the same "
         "loop compiled; pip install \"planner[fast]\"), auto (numba when it imports, else python); they give the "
@@ -71,6 +76,12 @@ class Engine(Frozen):
             raise located("mtp_acceptance", "mtp_acceptance without mtp_tokens would be ignored; give mtp_tokens "
                           "(draft tokens per decode step)")
         return self
+
+    def instance_limits(self, dp: int) -> tuple[int, int]:
+        """(sequences, tokens per iteration) the whole instance admits with ``dp`` attention
+        data-parallel replicas (``limits_scope``)."""
+        k = dp if self.limits_scope == "replica" else 1
+        return self.max_num_seqs * k, self.max_batched_tokens * k
 
     @property
     def speculation(self) -> Speculation:

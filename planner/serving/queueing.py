@@ -105,10 +105,10 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held
                + state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
-    dp = lay.attention_dp                       # engine limits apply per attention replica
+    seqs, tokens = engine.instance_limits(lay.attention_dp)     # the whole instance's
     verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration
-    n_budget = (engine.max_batched_tokens - 1.0) * dp / verify + 0 * n_kv   # decodes must fit the token budget
-    limits = np.stack(np.broadcast_arrays(n_kv, n_budget, engine.max_num_seqs * dp + 0 * n_kv))
+    n_budget = (tokens - np.asarray(lay.attention_dp, float)) / verify + 0 * n_kv   # decodes must fit the budget
+    limits = np.stack(np.broadcast_arrays(n_kv, n_budget, seqs + 0 * n_kv))
     names = np.array([KV, BUDGET, SEQS], dtype=object)
     return limits.min(axis=0), names[limits.argmin(axis=0)]
 
@@ -146,7 +146,7 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     Lp, ctx = stats.mean_prompt_len, stats.mean_decode_ctx
     spec = engine.speculation
     verify = 1.0 + spec.draft_tokens           # tokens verified per sequence
-    C = engine.max_batched_tokens * np.atleast_1d(lay.attention_dp)[:, None]   # budget of the whole instance
+    C = engine.instance_limits(np.atleast_1d(lay.attention_dp)[:, None])[1]   # budget of the whole instance
     # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.

@@ -144,7 +144,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
             f"weights or KV, or cap the request length")
     dp = int(np.ravel(lay.attention_dp)[0])
     table = IterationTable(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)),
-                           float(np.mean(input_len)), engine.max_num_seqs * dp, engine.max_batched_tokens * dp)
+                           float(np.mean(input_len)), *engine.instance_limits(dp))
     devices = int(np.ravel(lay.devices)[0])
     ttft = np.full(len(arrival_s), np.nan)
     done = np.full(len(arrival_s), np.nan)
@@ -186,9 +186,10 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     hit = np.broadcast_to(np.asarray(prefix_hit, float), input_len.shape)[ids]
     need = np.maximum(np.round(input_len[ids] * (1 - hit)), 1).astype(np.int64)
     to_load = np.zeros(len(ids)) if load_s is None else np.asarray(load_s, float)[ids]
+    max_seqs, budget = engine.instance_limits(dp)
     energy, preempt, iters, end, status = run(
         np.ascontiguousarray(arrival_s[ids], dtype=float), need, input_len[ids].astype(np.int64),
-        output_len[ids].astype(np.int64), prefilled, engine.max_batched_tokens * dp, engine.max_num_seqs * dp,
+        output_len[ids].astype(np.int64), prefilled, budget, max_seqs,
         engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
         float(engine.speculation.tokens_per_step), float(kv_free), float(per_tok), float(state), table.axes_grid,
         table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local)
@@ -207,7 +208,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here.
     ``load_s``: per request, the load of its hits from slower KV tiers, layer by layer in the
     iteration that starts its prompt (``exposed_prefill_s``: the iteration waits for it)."""
-    budget_total, max_seqs, chunked = engine.max_batched_tokens * dp, engine.max_num_seqs * dp, engine.chunked_prefill
+    (max_seqs, budget_total), chunked = engine.instance_limits(dp), engine.chunked_prefill
     reserve_all = engine.kv_reservation == "full_length"
     # with speculative decoding a decoding sequence verifies 1 + k tokens per iteration and gains
     # tps of them on average (progress is tracked in expectation: token counts are floats)
@@ -418,7 +419,7 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
                               f"cache but a token instance has {max(free_kv, 0) / 1e9:.2f} GB free")
     dp = int(np.ravel(tlay.attention_dp)[0])
     table = IterationTable(model, thw, tlay, dtypes, engine, float(longest), float(np.mean(input_len)),
-                           engine.max_num_seqs * dp, engine.max_batched_tokens * dp)
+                           *engine.instance_limits(dp))
     by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)
     done = np.full(len(arrival_s), np.nan)
     scratch = np.full(len(arrival_s), np.nan)      # token instances do not set TTFT

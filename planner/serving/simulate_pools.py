@@ -236,5 +236,5 @@ def _table(model, m: Machine, dtypes, engine, input_len, output_len):
                               f"cache but a {m.hw.name} instance has {max(free_kv, 0) / 1e9:.2f} GB free")
     dp = int(np.ravel(m.lay.attention_dp)[0])
     table = IterationTable(model, m.hw, m.lay, dtypes, engine, float(longest), float(np.mean(input_len)),
-                           engine.max_num_seqs * dp, engine.max_batched_tokens * dp)
+                           *engine.instance_limits(dp))
     return table, free_kv, per_tok, state, dp
