@@ -113,7 +113,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
         ranks=stage * d, rank_tp=rank_tp, rank_dp=stage * d // rank_tp, rank_ep=b.ep * d if b.ep > 1 else 1,
         mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3),
-        max_num_seqs=b.max_num_seqs, max_tokens=scn.engine.max_batched_tokens,
+        max_num_seqs=b.max_num_seqs,
         # what the whole instance admits, as the planner assumed it (engine.limits_scope)
         instance_seqs=b.max_num_seqs * dp, instance_tokens=scn.engine.instance_limits(dp)[1],
         chunked=scn.engine.chunked_prefill)
@@ -158,7 +158,7 @@ def sglang_args(p: dict) -> list[str]:
 def trtllm_args(p: dict) -> list[str]:
     b = p["b"]
     return ["--tp_size", str(p["stage"]), "--pp_size", str(b.pp), "--ep_size", str(b.ep),
-            "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(p["max_tokens"]),
+            "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(-(-p["instance_tokens"] // p["dp"])),
             "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}"]
 
 

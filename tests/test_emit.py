@@ -132,6 +132,7 @@ def test_trtllm_flags_documented(tmp_path, moe):
     assert set(f) <= TRTLLM
     assert (f["--tp_size"], f["--pp_size"], f["--ep_size"]) == ("4", "1", "4")
     assert int(f["--max_batch_size"]) == best["max_num_seqs"]
+    assert int(f["--max_num_tokens"]) == 8192          # per attention replica, as the scenario's budget
     assert 0 < float(f["--kv_cache_free_gpu_memory_fraction"]) < 1
 
 
