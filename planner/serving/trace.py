@@ -111,7 +111,10 @@ def _parse_columns(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray,
         if (ns == np.iinfo(np.int64).min).any():                 # NaT: an empty cell
             raise ValueError("empty timestamp") from None
         seconds = (ns - ns.min()) / 1e9                           # from the first; only differences matter
-    return seconds, inp.astype(float).astype(np.int64), out.astype(float).astype(np.int64)
+    counts = [c.astype(float) for c in (inp, out)]
+    if not all(np.isfinite(c).all() for c in counts):
+        raise ValueError("a token count is not a finite number")    # the slow path names its line
+    return seconds, counts[0].astype(np.int64), counts[1].astype(np.int64)
 
 
 def _parse_rows(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -129,7 +132,7 @@ def _parse_rows(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray, np
             t.append(_seconds(row[ti]))
             inp.append(int(float(row[ii])))
             out.append(int(float(row[oi])))
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, OverflowError):     # "inf" parses as a float, not as a count
             raise InputError(f"{path}:{lineno}: expected a timestamp and two token counts, got {','.join(row)!r}") \
                 from None
     return np.asarray(t, dtype=float), np.asarray(inp, dtype=np.int64), np.asarray(out, dtype=np.int64)
