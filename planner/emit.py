@@ -89,7 +89,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.memory import free_kv_bytes_device
-    from planner.perf.parallel import Layout
+    from planner.perf.parallel import Layout, on_dies
 
     b = result.best
     m = model(scn.model)
@@ -105,13 +105,13 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         mem_util = round(1 - (after_weights - kv) / cap, 3)
     stage = max(b.tp, b.ep)
     dp = stage // b.tp
-    # engine ranks: one per die (an Ascend 910C package runs as 2), attention DP per die (on_dies)
-    d = hw.dies_per_device
-    rank_tp = 1 if (b.tp == 1 and b.ep > 1) else b.tp * d
+    # engine ranks: one per die (an Ascend 910C package runs as 2), as the roofline times them
+    ranks = on_dies(hw, lay)[1]
+    rank_tp, rank_dp, rank_ep = (int(x) for x in (ranks.tp, ranks.attention_dp, ranks.ep))
     return dict(
         name=f"{scn.name}-{b.hardware}-tp{b.tp}".lower().replace("_", "-").replace(".", "-")[:63].strip("-"),
         model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
-        ranks=stage * d, rank_tp=rank_tp, rank_dp=stage * d // rank_tp, rank_ep=b.ep * d if b.ep > 1 else 1,
+        ranks=int(ranks.stage_devices), rank_tp=rank_tp, rank_dp=rank_dp, rank_ep=rank_ep,
         mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3),
         max_num_seqs=b.max_num_seqs,
         # what the whole instance admits, as the planner assumed it (engine.limits_scope)

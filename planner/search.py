@@ -14,7 +14,7 @@ import numpy as np
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.parallel import Layout, die_layout_problems, layout_problems
+from planner.perf.parallel import Layout, die_layout_problems
 
 BLOCK = 512      # candidates a streaming search evaluates at once: ~100 MB peak for an MoE model
 
@@ -58,9 +58,8 @@ def layouts(model: ModelSpec, hw: HardwareProfile, tp: list[int], ep: list[int],
     t, e, p = (g.ravel() for g in np.meshgrid(np.asarray(tp, np.int64), np.asarray(eps, np.int64),
                                                 np.asarray(pp, np.int64), indexing="ij"))
     lay = Layout.of(t, e, p)
-    ok = (layout_problems(model, lay) == "") & (lay.stage_devices <= hw.domain_size)
-    if hw.dies_per_device > 1:                      # heads must also split evenly over the dies
-        ok &= die_layout_problems(model, hw, lay) == ""
+    # (on a multi-die package the heads must also split evenly over the dies)
+    ok = (die_layout_problems(model, hw, lay) == "") & (lay.stage_devices <= hw.domain_size)
     return Layout.of(t[ok], e[ok], p[ok])
 
 

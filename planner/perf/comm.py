@@ -161,7 +161,8 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
     moved = in_place(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw)
-    t = in_place(np.add, moved, all_to_all_latency(hw, group))
+    fixed = all_to_all_latency(hw, group)
+    t = in_place(np.add, moved, fixed)
     inside = group <= dom
     if not (inside.all() and np.shape(t) == np.broadcast_shapes(np.shape(t), inside.shape)):
         token = np.asarray(token_bytes() if callable(token_bytes) else token_bytes, dtype=float)
@@ -169,7 +170,7 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
         reached = nodes * (1 - (1 - 1 / nodes) ** np.asarray(draws, dtype=float))
         t_nic = reached * (nodes - 1) / nodes * token / out_bw
         t_fwd = (dom - 1) / dom * intra / up_bw
-        t = np.where(inside, t, np.maximum(t_nic, t_fwd) + all_to_all_latency(hw, group))
+        t = np.where(inside, t, np.maximum(t_nic, t_fwd) + fixed)
     sends = intra > 0
     if not (group > 1).all():
         sends = (group > 1) & sends

@@ -36,7 +36,7 @@ from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
 from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
-from planner.perf.parallel import Layout, check_layout, die_layout_problems, layout_problems, on_dies
+from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
@@ -294,7 +294,7 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
             continue
         seen.add((tp, ep, pp, w))
         cand = Layout.of(tp, ep, pp)
-        if layout_problems(m, cand)[()] or die_layout_problems(m, hw, cand)[()] or max(tp, ep) > hw.domain_size:
+        if die_layout_problems(m, hw, cand)[()] or max(tp, ep) > hw.domain_size:
             continue
         dt = DTypes(weight=w, kv=dtypes.kv)
         rank_hw, ranks = on_dies(hw, cand)

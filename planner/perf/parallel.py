@@ -81,16 +81,18 @@ def on_dies(hw: HardwareProfile, lay: Layout) -> tuple[HardwareProfile, Layout]:
 
 
 def die_layout_problems(model: ModelSpec, hw: HardwareProfile, lay: Layout) -> np.ndarray:
-    """``layout_problems`` of the layout over dies (``on_dies``), said in packages: a layout valid
-    over packages may split heads unevenly over dies (12 heads at tp 4 = 8 dies)."""
+    """``layout_problems`` on ``hw``: over packages, and where those hold, over the dies of a
+    multi-die package (``on_dies``), said in packages - a layout valid over packages may split
+    heads unevenly over dies (12 heads at tp 4 = 8 dies)."""
+    why = layout_problems(model, lay)
     d = hw.dies_per_device
-    why = layout_problems(model, on_dies(hw, lay)[1])
     if d == 1:
         return why
-    out = np.full(why.shape, "", dtype=object)
-    bad = why != ""
-    out[bad] = [f"over {hw.name}'s {d} dies per package (tp over dies = {d} x tp), {w}" for w in why[bad]]
-    return out
+    over_dies = layout_problems(model, on_dies(hw, lay)[1])
+    bad = (why == "") & (over_dies != "")
+    why = why.copy()
+    why[bad] = [f"over {hw.name}'s {d} dies per package (tp over dies = {d} x tp), {w}" for w in over_dies[bad]]
+    return why
 
 
 def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
@@ -125,9 +127,7 @@ def layout_problems(model: ModelSpec, layout: Layout) -> np.ndarray:
 def check_layout(model: ModelSpec, layout: Layout, hw: HardwareProfile | None = None) -> None:
     """Raise ``InputError`` for the first invalid candidate (scalar use: the CLI and ``estimate``);
     with ``hw``, the layout must also split over a multi-die package's dies."""
-    why = layout_problems(model, layout)
-    if hw is not None and not (why != "").any():
-        why = die_layout_problems(model, hw, layout)
+    why = layout_problems(model, layout) if hw is None else die_layout_problems(model, hw, layout)
     bad = np.flatnonzero(why != "")
     if bad.size:
         i = bad[0]
