@@ -116,7 +116,7 @@ def _reduce_block(job, model, engine, stats, arrival_scv, slo, power, rate, cost
     # without powers the survivors' curves are computed again in full (``_with_power``): a block's
     # curve needs only the percentiles the SLO bounds (each is the same number computed alone)
     curve = serving_curve(model, hw, sub, dtypes, engine, stats, arrival_scv, power=power,
-                          percentiles=PERCENTILES if power else _bound_percentiles(slo))
+                          percentiles=PERCENTILES if power else slo.bound_percentiles())
     ev = _Evaluated(hw, dtypes, sub, curve, slo_ok(curve, slo))
     light, keep = _LightLoad(), _Cheapest(top)
     light.add(curve)
@@ -130,15 +130,6 @@ def _reduce_block(job, model, engine, stats, arrival_scv, slo, power, rate, cost
         usd = acc * _usd_per_device_hour(cost, hw, dev_power)
         keep.add(ev, i, k, usd, acc, (np.int64(group) << 40) + index[i])
     return index.size, light, keep.rows
-
-
-def _bound_percentiles(slo: SLO) -> tuple[str, ...]:
-    """The latency percentiles ``slo_ok`` and the infeasibility message read: those the SLO bounds
-    (every one for an attainment target)."""
-    if slo.attainment is not None:
-        return PERCENTILES
-    return tuple(p for p in PERCENTILES if any(getattr(getattr(slo, m), p) is not None
-                                               for m in ("ttft_s", "tpot_s", "e2e_s")))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from planner.perf.parallel import Layout
 from planner.search import BLOCK, RunningFront, batched, blocks, candidates, map_blocks, pareto_front, steady_heap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
-from planner.serving.slo import PERCENTILES, SLO
+from planner.serving.slo import SLO
 from planner.serving.workload import Workload, length_stats
 
 
@@ -130,7 +130,7 @@ def _aggregated(acc: _Reducer, group: int, index: np.ndarray, model, hw, lay, dt
     """Every SLO-meeting load point of the colocated steady state of each layout in the block."""
     devices = lay.devices.astype(float)
     c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv, load=load, power=False,
-                      percentiles=_percentiles(slo))
+                      percentiles=slo.bound_percentiles(also=("p90",)))
     i, j, at = _points(slo_ok(c, slo))
     rate, dev = at(c.rate), devices.take(i)
     acc.add(group, lay, index, i, j, None, np.nan, rate * stats.mean_output / dev, 1 / at(c.tpot["mean"]),
@@ -144,15 +144,6 @@ def _points(ok: np.ndarray):
     flat = np.flatnonzero(ok)
     i, j = np.divmod(flat, ok.shape[1])
     return i, j, lambda values: np.ravel(values).take(flat)
-
-
-def _percentiles(slo: SLO) -> tuple[str, ...]:
-    """The latency percentiles the aggregated points are checked and reported at: P90 and those
-    the SLO bounds (all of them for an attainment target)."""
-    if slo.attainment is not None:
-        return PERCENTILES
-    return tuple(p for p in PERCENTILES if p == "p90" or any(getattr(getattr(slo, m), p) is not None
-                                                               for m in ("ttft_s", "tpot_s", "e2e_s")))
 
 
 _MAX_GRID = 64     # load points per candidate the point ranks leave room for

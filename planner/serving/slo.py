@@ -43,6 +43,14 @@ class SLO(Frozen):
     e2e_s: Target = Target()
     attainment: float | None = Field(None, gt=0, le=1)
 
+    def bound_percentiles(self, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The latency percentiles these targets bound (every one under an attainment target), and
+        ``also`` (a search that reports P90 whatever is bounded), in ``PERCENTILES`` order."""
+        if self.attainment is not None:
+            return PERCENTILES
+        return tuple(p for p in PERCENTILES if p in also or any(getattr(getattr(self, m), p) is not None
+                                                                for m in ("ttft_s", "tpot_s", "e2e_s")))
+
     def thresholds(self) -> dict[str, float]:
         """Per-request threshold per metric: its tightest bound."""
         out = {}
