@@ -5,6 +5,20 @@ each) and verifies ``1 + k`` tokens per sequence in one pass of the main model. 
 token is accepted with probability ``p`` given its predecessor was (DeepSeek-V3 reports ~0.85-0.9
 for its MTP module, CloudMatrix-Infer ~0.7 on DeepSeek-R1), a step yields on average
 ``1 + p + ... + p^k = (1 - p^(k+1)) / (1 - p)`` tokens per sequence.
+
+That is the engine's aggregate. Requests differ: each has its own acceptance probability
+``p_i`` (prompts and answers differ in how predictable they are), so its own tokens per step
+``L_i = 1 + p_i + ... + p_i^k``, and the aggregate an engine prints (SGLang's accept length:
+accepted tokens over verify passes, summed over requests) is their harmonic mean, weighted by
+output length. Mean TPOT depends only on that mean, but the requests that accept least set a
+batch's makespan and the TPOT tail. ``p_i`` is Beta-distributed; its default concentration
+reproduces the per-request spread aiperf's SPEED-Bench run measured on vLLM
+(ai-dynamo/aiperf docs/tutorials/speed-bench.md, per-request spec-decode metrics: Llama-3.1-8B
+with a Llama-3.2-1B draft, k = 5, greedy, 880 prompts of 11 categories): the draft acceptance
+rate ``(L_i - 1) / k`` of a request is 63.8% on average with a standard deviation of 16.2 points
+(acceptance length 4.19 +- 0.81, minimum 1.83, P90 5.35). A mean ``p`` of 0.843 and a
+concentration of 15.72 give exactly those two moments (and a minimum of 1.7, a P90 of 5.24);
+through the chain, the same spread in ``p_i`` spreads ``L_i`` more where acceptance is high.
 """
 
 from __future__ import annotations
@@ -12,7 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from numbers import Integral, Real
 
+import numpy as np
+
 from planner.errors import InputError
+
+REFERENCE_CONCENTRATION = 15.72
+"""Beta concentration of the per-request acceptance probability that reproduces aiperf's SPEED-Bench
+per-request acceptance rate, 63.8% +- 16.2 points at k = 5 (see above; a test re-derives it)."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +41,9 @@ class Speculation:
 
     draft_tokens: int = 0
     acceptance: float = 0.0
+    request_sd: float | None = None
+    """standard deviation across requests of a request's acceptance probability; None: the
+    reference concentration (``REFERENCE_CONCENTRATION``) at this engine's mean; 0: none."""
 
     def __post_init__(self) -> None:
         k, p = self.draft_tokens, self.acceptance
@@ -28,11 +51,47 @@ class Speculation:
                 or k < 0 or not 0.0 <= p < 1.0):
             raise InputError(f"MTP needs draft_tokens >= 0 and acceptance in [0, 1), got "
                              f"{self.draft_tokens} and {self.acceptance}")
+        sd = self.request_sd
+        if sd is not None and (isinstance(sd, bool) or not isinstance(sd, Real) or not 0.0 <= sd < 0.5):
+            raise InputError(f"the per-request acceptance spread must be in [0, 0.5), got {sd}")
 
     @property
     def tokens_per_step(self) -> float:
-        p = self.acceptance
-        return (1.0 - p ** (self.draft_tokens + 1)) / (1.0 - p)
+        return float(chain_tokens(self.acceptance, self.draft_tokens))
+
+    def per_request(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Tokens per verify step of each of ``n`` requests: ``chain_tokens(p_i, k)`` with ``p_i``
+        Beta-distributed, at evenly spaced quantiles in a random order (``rng``), their mean chosen
+        so that the harmonic mean of the ``L_i`` is ``tokens_per_step``. All equal without drafts
+        or spread."""
+        k, aggregate = self.draft_tokens, self.tokens_per_step
+        if k == 0 or self.acceptance == 0.0 or self.request_sd == 0.0 or n == 0:
+            return np.full(n, aggregate)
+        from scipy.special import betaincinv
+
+        def tokens(mean: float, u: np.ndarray) -> np.ndarray:
+            kappa = (REFERENCE_CONCENTRATION if self.request_sd is None
+                     else max(mean * (1 - mean) / self.request_sd**2 - 1, 1e-3))
+            return chain_tokens(betaincinv(mean * kappa, (1 - mean) * kappa, u), k)
+
+        grid = (np.arange(512) + 0.5) / 512
+        lo, hi = 1e-6, 1 - 1e-6              # the mean of 1 / L_i falls as the mean probability rises
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if np.mean(1.0 / tokens(mid, grid)) > 1.0 / aggregate:
+                lo = mid
+            else:
+                hi = mid
+        return tokens(0.5 * (lo + hi), (rng.permutation(n) + 0.5) / n)
+
+
+def chain_tokens(p, k: int):
+    """Tokens a verify step yields with ``k`` chained drafts each accepted with probability ``p``
+    given its predecessor was: ``1 + p + ... + p^k`` (finite at p = 1)."""
+    total = 1.0
+    for _ in range(k):
+        total = 1.0 + p * total          # Horner: 1 + p (1 + p (1 + ...))
+    return total
 
 
 NO_SPECULATION = Speculation()

@@ -69,12 +69,20 @@ class Engine(Frozen):
                             "speculative decoding; the draft module is one layer like the model's last + LM head)")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="probability that a draft token is accepted, "
                                   "given its predecessor was")
+    mtp_acceptance_sd: float | None = Field(
+        None, ge=0, lt=0.5, description="standard deviation across requests of a request's own draft acceptance "
+        "probability: the simulator gives each request its own tokens per step, their harmonic mean kept at the "
+        "engine's; default: a Beta concentration of 15.7, which reproduces the per-request spread aiperf's "
+        "SPEED-Bench run measured (acceptance rate 63.8% +- 16.2 points; perf.speculation); 0: none")
 
     @model_validator(mode="after")
     def _acceptance_needs_drafts(self) -> Engine:
         if self.mtp_acceptance and not self.mtp_tokens:
             raise located("mtp_acceptance", "mtp_acceptance without mtp_tokens would be ignored; give mtp_tokens "
                           "(draft tokens per decode step)")
+        if self.mtp_acceptance_sd is not None and not self.mtp_acceptance:
+            raise located("mtp_acceptance_sd", "mtp_acceptance_sd without mtp_acceptance would be ignored; give "
+                          "mtp_tokens and mtp_acceptance")
         return self
 
     def instance_limits(self, dp: int) -> tuple[int, int]:
@@ -85,7 +93,7 @@ class Engine(Frozen):
 
     @property
     def speculation(self) -> Speculation:
-        return Speculation(self.mtp_tokens, self.mtp_acceptance)
+        return Speculation(self.mtp_tokens, self.mtp_acceptance, self.mtp_acceptance_sd)
 
 
 @dataclass(frozen=True)

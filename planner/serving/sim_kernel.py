@@ -119,11 +119,12 @@ def held(r: int, full_in, out, generated, reserve_all: bool, per_tok: float, sta
     return (full_in[r] + generated[r]) * per_tok + state
 
 
-def decode_steps(least: float, tps: float, to_arrival_s: float, tau: float, kv_room: float, kv_per_step: float,
+def decode_steps(least: float, to_arrival_s: float, tau: float, kv_room: float, kv_per_step: float,
                  reserve_all: bool) -> int:
-    """Identical decode-only iterations to run at once: up to the next event (a sequence ending, an
-    arrival in ``to_arrival_s``, or the KV pool filling at ``kv_per_step`` bytes per step)."""
-    horizon = max(1, math.ceil(least / tps - 1e-9))
+    """Identical decode-only iterations to run at once: up to the next event (a sequence ending
+    after ``least`` iterations, an arrival in ``to_arrival_s``, or the KV pool filling at
+    ``kv_per_step`` bytes per step)."""
+    horizon = max(1, math.ceil(least - 1e-9))
     if to_arrival_s < math.inf:
         horizon = min(horizon, max(1, math.ceil(to_arrival_s / tau)))
     room = int(kv_room // kv_per_step) if kv_per_step > 0 and not reserve_all else horizon
@@ -142,14 +143,15 @@ def ring_remove(wq, head: int, cap: int, start: int, r: int) -> int:
     return (head + 1) % cap
 
 
-def batch_append(run_id, run_left, run_ctx, run_gen, n_run: int, r: int, left: float, ctx: float, gen: float) -> int:
+def batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run: int, r: int, left: float, ctx: float, gen: float,
+                 tps: float) -> int:
     """Append request ``r`` to the running batch; returns its new size."""
-    run_id[n_run], run_left[n_run], run_ctx[n_run], run_gen[n_run] = r, left, ctx, gen
+    run_id[n_run], run_left[n_run], run_ctx[n_run], run_gen[n_run], run_tps[n_run] = r, left, ctx, gen, tps
     return n_run + 1
 
 
 def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int, max_seqs: int, chunked: bool,
-             reserve_all: bool, verify: int, tps: float, kv_free: float, per_tok: float, state: float,
+             reserve_all: bool, verify: int, tps, kv_free: float, per_tok: float, state: float,
              axes, geo, t_grid, w_grid, to_load, layers: int, ttft, done):
     """Iteration loop of one instance over its requests (arrival order): fills ``ttft`` and ``done``
     (local, NaN on entry); returns (energy J per device, preemptions, iterations, end time s,
@@ -157,7 +159,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     in the iteration of its first chunk, which takes the longer of compute and load plus one layer
     of the shorter (``perf.kv_tiers.exposed_prefill_s``); zeroed once paid. The waiting queue is a
     ring buffer (preempted requests go to its front); the running batch is arrays in admission
-    order (the newest is preempted first)."""
+    order (the newest is preempted first). ``tps``: tokens each request gains per decode iteration."""
     n = len(arr)
     cap = max(n, 1)
     wq = np.empty(cap, np.int64)               # waiting queue (ring): wq[(head + p) % cap]
@@ -171,13 +173,23 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     run_left = np.empty(cap)
     run_ctx = np.empty(cap)
     run_gen = np.empty(cap)                    # tokens generated (generated[] holds them off the batch)
-    least = math.inf                           # least run_left
+    run_tps = np.empty(cap)                    # tokens gained per decode iteration
+    # every request gains the same tokens per iteration (no speculation, or no spread): the least
+    # tokens left then gives the fewest iterations left (x / t is monotone in x) and a decode pass
+    # that ends nobody needs no comparisons; otherwise ``least`` is the fewest iterations left
+    uniform = True
+    for q in range(n):
+        if tps[q] != tps[0]:
+            uniform = False
+    unit = tps[0] if uniform and n else 1.0    # least / unit = fewest iterations left
+    least = math.inf
     buf = np.empty(cap)                        # contexts of the sequences ending in one iteration
     fin_id = np.empty(cap, np.int64)           # and their ids
+    fin_tps = np.empty(cap)                    # and tokens per iteration
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
     n_run = 0
-    ctx_sum, kv_used = 0.0, 0.0
+    ctx_sum, kv_used, tps_sum = 0.0, 0.0, 0.0     # running sums over the batch
     now, nxt, energy, preemptions, iters, finished = 0.0, 0, 0.0, 0, 0, 0
     while finished < n:
         while nxt < n and arr[nxt] <= now:
@@ -195,12 +207,13 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 admitted[r] = True
                 head = (head + 1) % cap
                 count -= 1
-                least = min(least, out[r] - generated[r])
-                n_run = batch_append(run_id, run_left, run_ctx, run_gen, n_run, r, out[r] - generated[r],
-                                     full_in[r] + generated[r], generated[r])
+                least = min(least, (out[r] - generated[r]) / (1.0 if uniform else tps[r]))
+                n_run = batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run, r, out[r] - generated[r],
+                                     full_in[r] + generated[r], generated[r], tps[r])
                 joined += 1
             if joined:
                 ctx_sum += pairwise_sum(run_ctx, n_run - joined, joined)
+                tps_sum += pairwise_sum(run_tps, n_run - joined, joined)
         n_dec = n_run
         if n_dec == 0 and count == 0:
             now = arr[nxt]
@@ -242,11 +255,11 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean, float(p_tokens))
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
-                steps = decode_steps(least, tps, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
-                                     n_dec * per_tok * tps, reserve_all)
+                steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
+                                     tps_sum * per_tok, reserve_all)
                 if steps > 1:
-                    tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean + (steps - 1) * tps / 2,
-                                        0.0)
+                    tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec),
+                                        ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0)
         if loading > 0:
             tau = max(tau, loading) + min(tau, loading) / layers
             for q in range(n_ch):
@@ -257,9 +270,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         # ---- decode progress ----
         n_pre = 0                               # requests preempted in this iteration
         if n_dec and not prefill_only:
-            gain = steps * tps
             n_fin, m = 0, 0
-            if least - gain > 1e-9:             # nobody ends (x - gain is monotone in x: the least stays least)
+            if uniform and least - steps * unit > 1e-9:   # nobody ends (x - gain is monotone in x)
+                gain = steps * unit
                 for q in range(n_run):          # three plain loops: vectorized when compiled
                     run_left[q] -= gain
                 for q in range(n_run):
@@ -268,8 +281,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     run_gen[q] += gain
                 least -= gain
                 m = n_run
-            else:                               # one pass: progress, and the batch compacted past the ended
+            elif uniform:                       # one pass: progress, and the batch compacted past the ended
                 least = math.inf
+                gain = steps * unit
                 for q in range(n_run):
                     r = run_id[q]
                     left = run_left[q] - gain
@@ -279,15 +293,34 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                         generated[r] = gen
                         fin_id[n_fin] = r
                         buf[n_fin] = ctx
+                        fin_tps[n_fin] = unit
                         n_fin += 1
                     else:
                         run_id[m], run_left[m], run_ctx[m], run_gen[m] = r, left, ctx, gen
                         least = min(least, left)
                         m += 1
+            else:                               # the same, each sequence at its own tokens per iteration
+                least = math.inf
+                for q in range(n_run):
+                    r = run_id[q]
+                    gain = steps * run_tps[q]
+                    left = run_left[q] - gain
+                    ctx = run_ctx[q] + gain
+                    gen = run_gen[q] + gain
+                    if left <= 1e-9:
+                        generated[r] = gen
+                        fin_id[n_fin] = r
+                        buf[n_fin] = ctx
+                        fin_tps[n_fin] = run_tps[q]
+                        n_fin += 1
+                    else:
+                        run_id[m], run_left[m], run_ctx[m], run_gen[m], run_tps[m] = r, left, ctx, gen, run_tps[q]
+                        least = min(least, left / run_tps[q])
+                        m += 1
             n_run = m
-            ctx_sum += n_dec * gain
+            ctx_sum += steps * tps_sum
             if not reserve_all:
-                kv_used += n_dec * per_tok * gain
+                kv_used += tps_sum * per_tok * steps
             if n_fin:
                 for q in range(n_fin):
                     r = fin_id[q]
@@ -295,6 +328,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                 finished += n_fin
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
+                tps_sum -= pairwise_sum(fin_tps, 0, n_fin)
             while kv_used > kv_free and n_run:  # preempt the newest, recompute later
                 r = run_id[n_run - 1]
                 generated[r] = run_gen[n_run - 1]
@@ -305,13 +339,14 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 wq[head] = r
                 count += 1
                 ctx_sum -= run_ctx[n_run - 1]
+                tps_sum -= run_tps[n_run - 1]
                 n_run -= 1
                 preemptions += 1
                 n_pre += 1
             if n_pre:
                 least = math.inf
                 for q in range(n_run):
-                    least = min(least, run_left[q])
+                    least = min(least, run_left[q] / (1.0 if uniform else run_tps[q]))
         # ---- prefill progress ----
         added = 0
         for q in range(n_ch):
@@ -329,15 +364,17 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                     finished += 1
                 else:
-                    least = min(least, left)
-                    n_run = batch_append(run_id, run_left, run_ctx, run_gen, n_run, r, left, full_in[r] + generated[r],
-                                         generated[r])
+                    least = min(least, left / (1.0 if uniform else tps[r]))
+                    n_run = batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run, r, left,
+                                         full_in[r] + generated[r], generated[r], tps[r])
                     added += 1
         if added:
-            s = 0.0
+            s, t = 0.0, 0.0
             for q in range(n_run - added, n_run):
                 s += run_ctx[q]
+                t += run_tps[q]
             ctx_sum += s
+            tps_sum += t
     return energy, preemptions, iters, now, 0
 
 

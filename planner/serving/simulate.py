@@ -135,6 +135,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     ``load_s`` (seconds to load its hits from slower KV tiers) may be given per request."""
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
+    tps = request_tokens_per_step(engine, len(arrival_s), seed)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes)
     longest = int(np.max(input_len + output_len))
     if longest * per_tok + state > free:
@@ -154,7 +155,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
         ids = by_route[bounds[k]:bounds[k + 1]]
         e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
                                          free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]),
-                                         load_s=load_s, layers=model.num_layers)
+                                         load_s=load_s, layers=model.num_layers, tps=tps)
         energy += e * devices
         preempt += pr
         iters += it
@@ -169,19 +170,30 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
                      preempt, iters, _steady_throughput(arrival_s, done, warmup_frac))
 
 
+def request_tokens_per_step(engine: Engine, n: int, seed: int) -> np.ndarray:
+    """Tokens each of ``n`` requests gains per decode iteration: 1, or with speculative decoding
+    its own acceptance length (``Speculation.per_request``; drawn from a stream of its own, so the
+    routing draws do not move)."""
+    if engine.mtp_tokens == 0:
+        return np.ones(n)
+    return engine.speculation.per_request(n, np.random.default_rng([seed, 1]))
+
+
 def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
                   kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
-                  load_s: np.ndarray | None = None, layers: int = 1):
+                  load_s: np.ndarray | None = None, layers: int = 1, tps: np.ndarray | None = None):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
-    arrival) and returns (energy J per device, preemptions, iterations, end time s). Runs the
+    arrival) and returns (energy J per device, preemptions, iterations, end time s). ``tps``: tokens
+    per decode iteration of every request (``request_tokens_per_step``; default 1). Runs the
     compiled kernel (``sim_kernel.instance``) or the reference loop below, as
     ``engine.simulator`` says; both give the same numbers."""
     from planner.serving import sim_kernel
 
+    tps_local = np.ones(len(ids)) if tps is None else np.ascontiguousarray(np.asarray(tps, float)[ids])
     run = sim_kernel.kernel("instance", engine.simulator)
     if run is None:
         return _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine, table, kv_free,
-                                    per_tok, state, ttft, done, dp, prefilled, load_s, layers)
+                                    per_tok, state, ttft, done, dp, prefilled, load_s, layers, tps_local)
     t_local, d_local = ttft[ids].astype(float), done[ids].astype(float)     # copies, written back below
     hit = np.broadcast_to(np.asarray(prefix_hit, float), input_len.shape)[ids]
     need = np.maximum(np.round(input_len[ids] * (1 - hit)), 1).astype(np.int64)
@@ -191,7 +203,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
         np.ascontiguousarray(arrival_s[ids], dtype=float), need, input_len[ids].astype(np.int64),
         output_len[ids].astype(np.int64), prefilled, budget, max_seqs,
         engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
-        float(engine.speculation.tokens_per_step), float(kv_free), float(per_tok), float(state), table.axes_grid,
+        tps_local, float(kv_free), float(per_tok), float(state), table.axes_grid,
         table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local)
     if status == sim_kernel.STALLED:
         raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
@@ -201,18 +213,20 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
 
 def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engine: Engine, table: IterationTable,
                          kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
-                         load_s: np.ndarray | None = None, layers: int = 1):
+                         load_s: np.ndarray | None = None, layers: int = 1, tps: np.ndarray | None = None):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
     arrival). With ``dp`` attention replicas the engine limits scale by ``dp`` (replicas pooled).
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here.
     ``load_s``: per request, the load of its hits from slower KV tiers, layer by layer in the
-    iteration that starts its prompt (``exposed_prefill_s``: the iteration waits for it)."""
+    iteration that starts its prompt (``exposed_prefill_s``: the iteration waits for it).
+    ``tps``: tokens each request (local index) gains per decode iteration; default 1."""
     (max_seqs, budget_total), chunked = engine.instance_limits(dp), engine.chunked_prefill
     reserve_all = engine.kv_reservation == "full_length"
     # with speculative decoding a decoding sequence verifies 1 + k tokens per iteration and gains
-    # tps of them on average (progress is tracked in expectation: token counts are floats)
-    verify, tps = 1 + engine.mtp_tokens, engine.speculation.tokens_per_step
+    # tps[r] of them, its own acceptance length (progress in expectation: token counts are floats)
+    verify = 1 + engine.mtp_tokens
+    tps = np.ones(len(ids)) if tps is None else tps
     arr = arrival_s[ids]
     hit = np.broadcast_to(np.asarray(prefix_hit, float), input_len.shape)[ids]
     need_prefill = np.maximum(np.round(input_len[ids] * (1 - hit)), 1).astype(np.int64)
@@ -225,6 +239,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     run_left = np.empty(0, dtype=np.float64)
     run_ctx = np.empty(0, dtype=np.float64)
     ctx_sum = 0.0
+    tps_sum = 0.0                          # tokens the batch gains per decode iteration
     kv_used = 0.0
     generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.float64)
     admitted = np.zeros(len(ids), dtype=bool)
@@ -257,6 +272,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 ctx = (full_in[joined] + generated[joined]).astype(np.float64)
                 run_ctx = np.concatenate([run_ctx, ctx])
                 ctx_sum += float(ctx.sum())
+                tps_sum += float(tps[joined].sum())
         n_dec = len(run_id)
         if n_dec == 0 and not waiting:
             now = arr[nxt]
@@ -295,14 +311,14 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event: an arrival,
                 # a sequence finishing, or the KV pool filling
-                horizon = max(1, math.ceil(run_left.min() / tps - 1e-9))
+                horizon = max(1, math.ceil(float((run_left / tps[run_id]).min()) - 1e-9))
                 if nxt < n_total:
                     horizon = min(horizon, max(1, int(np.ceil((arr[nxt] - now) / tau))))
-                room = (int((kv_free - kv_used) // (n_dec * per_tok * tps)) if per_tok > 0 and not reserve_all
+                room = (int((kv_free - kv_used) // (tps_sum * per_tok)) if per_tok > 0 and not reserve_all
                         else horizon)
                 steps = max(1, min(horizon, room))
                 if steps > 1:
-                    tau, watts = table(n_dec, ctx_mean + (steps - 1) * tps / 2, 0)
+                    tau, watts = table(n_dec, ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0)
         if loading > 0:
             tau = float(exposed_prefill_s(tau, loading, layers))
             for r, _ in chunk:
@@ -312,13 +328,14 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         iters += steps
         # ---- decode progress ----
         if n_dec and not prefill_only:
-            gain = steps * tps
+            run_tps = tps[run_id]
+            gain = steps * run_tps
             run_left -= gain
             run_ctx += gain
-            ctx_sum += n_dec * gain
+            ctx_sum += steps * tps_sum
             generated[run_id] += gain
             if not reserve_all:
-                kv_used += n_dec * per_tok * gain
+                kv_used += tps_sum * per_tok * steps
             fin = run_left <= 1e-9
             if fin.any():
                 for r in run_id[fin]:
@@ -327,6 +344,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 finished += int(fin.sum())
                 keep = ~fin
                 ctx_sum -= float(run_ctx[fin].sum())
+                tps_sum -= float(run_tps[fin].sum())
                 run_id, run_left, run_ctx = run_id[keep], run_left[keep], run_ctx[keep]
             while kv_used > kv_free and len(run_id):          # preempt the newest, recompute later
                 r = int(run_id[-1])
@@ -335,6 +353,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 remaining_prefill[r] = need_prefill[r] + round(generated[r])
                 waiting.appendleft(r)
                 ctx_sum -= float(run_ctx[-1])
+                tps_sum -= float(tps[r])
                 run_id, run_left, run_ctx = run_id[:-1], run_left[:-1], run_ctx[:-1]
                 preemptions += 1
         # ---- prefill progress ----
@@ -360,6 +379,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             run_left = np.concatenate([run_left, new_left]).astype(np.float64)
             run_ctx = np.concatenate([run_ctx, new_ctx]).astype(np.float64)
             ctx_sum += float(sum(new_ctx))
+            tps_sum += float(sum(tps[new_ids].tolist()))
     return energy, preemptions, iters, now
 
 
@@ -382,7 +402,7 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
     ready = prefill_done + np.asarray(transfer_s(pre_tokens, service), dtype=float)
     ttft = prefill_done - arrival_s
     return _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len, output_len, ready,
-                        prefill_done, ttft, prefix_hit, warmup_frac)
+                        prefill_done, ttft, prefix_hit, warmup_frac, seed)
 
 
 def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int, simulator: str = "python"
@@ -409,7 +429,7 @@ def fcfs_servers(arrival_s: np.ndarray, service_s: np.ndarray, servers: int, sim
 
 
 def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len, output_len, ready, first_token,
-                 ttft, prefix_hit, warmup_frac) -> SimResult:
+                 ttft, prefix_hit, warmup_frac, seed: int = 0) -> SimResult:
     """Token instances (taken in turn as KV caches arrive) decode requests whose first token was made
     elsewhere at ``first_token`` and whose KV is in place at ``ready``."""
     free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes)
@@ -421,13 +441,14 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
     table = IterationTable(model, thw, tlay, dtypes, engine, float(longest), float(np.mean(input_len)),
                            *engine.instance_limits(dp))
     by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)
+    tps = request_tokens_per_step(engine, len(arrival_s), seed)
     done = np.full(len(arrival_s), np.nan)
     scratch = np.full(len(arrival_s), np.nan)      # token instances do not set TTFT
     energy, preempt, iters = 0.0, 0, 0
     for k in range(n_token):
         ids = by_ready[k::n_token]
         e, pr, it, _ = _run_instance(ids, ready, input_len, output_len, prefix_hit, engine, table, free_kv,
-                                     per_tok, state, scratch, done, dp, prefilled=True)
+                                     per_tok, state, scratch, done, dp, prefilled=True, tps=tps)
         energy += e * int(np.ravel(tlay.devices)[0])
         preempt += pr
         iters += it
@@ -499,7 +520,7 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
     ready[local_idx] = done_local
     ttft = ready - arrival_s          # remote requests' first token waits for their KV to arrive
     res = _decode_pool(model, dhw, dlay, n_dec, dtypes, engine, arrival_s, input_len, output_len, ready, first, ttft,
-                       0.0, warmup_frac)
+                       0.0, warmup_frac, seed)
     span = float(arrival_s[-1] - arrival_s[0]) or 1.0
     stats = {"offload_fraction": float(is_remote.mean()),
              "link_gbps": float(kv_bytes[is_remote].sum() * 8 / 1e9 / span),

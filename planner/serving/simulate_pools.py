@@ -30,7 +30,15 @@ from planner.errors import InfeasibleError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine, iteration
-from planner.serving.simulate import IterationTable, SimResult, _run_instance, group, kv_capacity, split_result
+from planner.serving.simulate import (
+    IterationTable,
+    SimResult,
+    _run_instance,
+    group,
+    kv_capacity,
+    request_tokens_per_step,
+    split_result,
+)
 
 
 @dataclass(frozen=True)
@@ -131,11 +139,13 @@ def simulate_pools(model: ModelSpec, dtypes: DTypes, engine: Engine, arrival_s: 
     split = np.flatnonzero(~to_mixed)
     if split.size:
         e, pr, it = _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfer_s, prompt, token,
-                                split, prefix_hit, ttft, first, done)
+                                split, prefix_hit, ttft, first, done, request_tokens_per_step(engine, n, seed))
         energy, preempt, iters = energy + e, preempt + pr, iters + it
     if mixed and to_mixed.any():
-        e, pr, it = _mixed_path(model, dtypes, mixed_engine or engine, arrival_s, input_len, output_len, mixed,
-                                np.flatnonzero(to_mixed), prefix_hit, rng, ttft, done)
+        m_engine = mixed_engine or engine
+        e, pr, it = _mixed_path(model, dtypes, m_engine, arrival_s, input_len, output_len, mixed,
+                                np.flatnonzero(to_mixed), prefix_hit, rng, ttft, done,
+                                request_tokens_per_step(m_engine, n, seed))
         energy, preempt, iters = energy + e, preempt + pr, iters + it
         first[to_mixed] = arrival_s[to_mixed] + ttft[to_mixed]
     return split_result(arrival_s, input_len, output_len, ttft, first, done, energy, preempt, iters, warmup_frac,
@@ -156,9 +166,10 @@ def _kinds(machines: list[Machine]) -> dict[int, Machine]:
 
 
 def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfer_s, prompt, token, ids, prefix_hit,
-                ttft, first, done) -> tuple[float, int, int]:
+                ttft, first, done, tps) -> tuple[float, int, int]:
     """Prompt machines (JSQ on pending prompt tokens), KV transfer, token machines (JSQ on
-    pending decode tokens); fills ``ttft``, ``first`` and ``done`` for ``ids``."""
+    pending decode tokens); fills ``ttft``, ``first`` and ``done`` for ``ids``. ``tps``: each
+    request's tokens per decode iteration."""
     a, i, o = arrival_s[ids], input_len[ids], output_len[ids]
     pre = np.maximum(np.round(i * (1 - prefix_hit[ids])), 1)
     uniq, inv = unique_lengths(pre)
@@ -200,15 +211,16 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
             continue
         table, free_kv, per_tok, state, dp = tables[m.kind]
         e, pr, it, _ = _run_instance(mine, ready_all, input_len, output_len, prefix_hit, engine, table, free_kv,
-                                     per_tok, state, scratch, done, dp, prefilled=True)
+                                     per_tok, state, scratch, done, dp, prefilled=True, tps=tps)
         energy += e * int(np.ravel(m.lay.devices)[0])
         preempt, iters = preempt + pr, iters + it
     return energy, preempt, iters
 
 
-def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, ids, prefix_hit, rng, ttft, done
-                ) -> tuple[float, int, int]:
-    """Mixed machines: requests spread uniformly at random (seeded), each served end to end."""
+def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, ids, prefix_hit, rng, ttft, done,
+                tps) -> tuple[float, int, int]:
+    """Mixed machines: requests spread uniformly at random (seeded), each served end to end
+    (``tps``: each request's tokens per decode iteration)."""
     route = rng.integers(0, len(mixed), len(ids))
     tables = {}
     energy, preempt, iters = 0.0, 0, 0
@@ -221,7 +233,7 @@ def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, 
             tables[m.kind] = _table(model, m, dtypes, engine, input_len, output_len)
         table, free_kv, per_tok, state, dp = tables[m.kind]
         e, pr, it, _ = _run_instance(mine, arrival_s, input_len, output_len, prefix_hit, engine, table, free_kv,
-                                     per_tok, state, ttft, done, dp)
+                                     per_tok, state, ttft, done, dp, tps=tps)
         energy += e * int(np.ravel(m.lay.devices)[0])
         preempt, iters = preempt + pr, iters + it
     return energy, preempt, iters
