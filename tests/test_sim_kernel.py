@@ -211,3 +211,15 @@ def test_numba_stays_off_the_cli_import_path():
             "print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("balance", ["round_robin", "least_loaded"])
+def test_attention_replicas_kernel_equals_reference(balance, fast):
+    """Attention data parallelism (gpt-oss-120b, tp 1 ep 8 = 8 replicas): requests placed on
+    replicas, the step looked up at the busiest one's skew, with MTP spread and preemption."""
+    m = planner.model("gpt-oss-120b")
+    a, i, o = LONG.with_rate(40.0).sample(300, 5)
+    knobs = {"dp_balance": balance, "mtp_tokens": 2, "mtp_acceptance": 0.7, "max_num_seqs": 64}
+    ref = simulate(m, HW, Layout.of(1, 8, 1), FP8, Engine(simulator="python", **knobs), a, i, o, seed=2)
+    got = simulate(m, HW, Layout.of(1, 8, 1), FP8, Engine(simulator=fast, **knobs), a, i, o, seed=2)
+    _same(ref, got)

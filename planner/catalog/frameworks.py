@@ -2,7 +2,7 @@
 overhead and scales the GEMM / memory / scale-up link efficiencies of a hardware profile, so old and new engines
 on the same chip can both be predicted without per-point factors; it also sets the engine's
 scheduling defaults (sequences per iteration, KV reservation policy, whether its limits are per
-attention-DP replica or for the whole instance)."""
+attention-DP replica or for the whole instance, how it places requests on those replicas)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ class KvReservation(Frozen):
 
 class LimitsScope(Frozen):
     value: Literal["replica", "instance"]
+    source: str
+    note: str | None = None
+
+
+class DpBalance(Frozen):
+    value: Literal["least_loaded", "round_robin"]
     source: str
     note: str | None = None
 
@@ -58,6 +64,7 @@ class Framework(Frozen):
     max_num_seqs: Figure | None = None
     kv_reservation: KvReservation | None = None
     limits_scope: LimitsScope | None = None   # engine limits per attention-DP replica or for the instance
+    dp_balance: DpBalance | None = None       # how requests are placed on attention-DP replicas
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
 
     @field_validator("moe_imbalance")
@@ -78,6 +85,8 @@ class Framework(Frozen):
             knobs["kv_reservation"] = self.kv_reservation.value
         if self.limits_scope:
             knobs["limits_scope"] = self.limits_scope.value
+        if self.dp_balance:
+            knobs["dp_balance"] = self.dp_balance.value
         return Engine(**knobs)
 
     def apply(self, hw: HardwareProfile) -> HardwareProfile:

@@ -123,6 +123,9 @@ class Step:
     batch: np.ndarray   # sequences in the step
     q_len: np.ndarray   # new tokens per sequence
     ctx: np.ndarray     # cached tokens per sequence before the step
+    # sequences on the busiest attention data-parallel replica over the mean (>= 1; 1: balanced):
+    # every MoE layer's all-to-all waits for that replica's attention and its dispatch
+    dp_skew: np.ndarray | float = 1.0
 
     @classmethod
     def of(cls, batch, q_len, ctx) -> Step:
@@ -132,11 +135,11 @@ class Step:
         return cls(b, q, c)
 
     @classmethod
-    def lean(cls, batch, q_len, ctx) -> Step:
+    def lean(cls, batch, q_len, ctx, dp_skew=1.0) -> Step:
         """Like ``of`` without broadcasting the three to one shape: a scalar prompt length or
         context stays a scalar, so what depends on it alone is computed once, not per load point
         (the same values; only the operators' array shapes are smaller)."""
-        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
+        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)), dp_skew=dp_skew)
 
 
 @dataclass(frozen=True)
@@ -179,8 +182,16 @@ class _Ctx:
 
     def __post_init__(self) -> None:
         self.b_loc = scaled(self.step.batch, Per(self.lay.attention_dp))
+        if self.skewed:                       # the busiest replica's sequences set the step
+            self.b_loc = self.b_loc * np.where(self.lay.attention_dp > 1, self.step.dp_skew, 1.0)
         self.tokens = scaled(self.b_loc, self.step.q_len)
         self.tokens_all = scaled(self.step.batch, self.step.q_len)
+
+    @property
+    def skewed(self) -> bool:
+        """The step's attention data-parallel replicas are not balanced (``Step.dp_skew``)."""
+        s = self.step.dp_skew
+        return not (np.ndim(s) == 0 and s == 1.0)
 
     @property
     def mean_keys(self) -> np.ndarray:
@@ -338,12 +349,14 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     mu = np.maximum(scaled(c.tokens_all, k, Per(lay.ep)), 1e-9)
     uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
     a2a = lay.attention_dp > 1
-    dispatch = _where(a2a, lambda: scaled(c.tokens_all, Per(lay.stage_devices), k, h, ab))
+    # an all-to-all ends when its busiest sender is done: the busiest attention replica's tokens
+    sent = c.tokens_all * c.step.dp_skew if c.skewed else c.tokens_all
+    dispatch = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), k, h, ab))
     # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
     # expert groups, so it crosses the scale-out network to at most that many nodes, once each
     limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
     draws = float(min(k, moe.groups_per_token) if limited else k)
-    once = _where(a2a, lambda: scaled(c.tokens_all, Per(lay.stage_devices), h, ab))
+    once = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), h, ab))
     ops = [c.gemm("router", n, h, E)]
     if np.any(a2a):
         ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,

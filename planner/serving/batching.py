@@ -61,6 +61,12 @@ class Engine(Frozen):
         "replica = each DP rank's own (vLLM's DP engine cores, TensorRT-LLM's attention DP), instance = the whole "
         "instance's, split evenly over its DP ranks (SGLang --enable-dp-attention divides --max-running-requests "
         "and --chunked-prefill-size by --dp-size)")
+    dp_balance: Literal["least_loaded", "round_robin"] = Field(
+        "least_loaded", description="how requests are placed on attention data-parallel replicas, each keeping a "
+        "request for its lifetime (the simulator tracks them; every MoE layer waits for the replica with the most "
+        "decoding sequences): least_loaded = on the one with the fewest unfinished requests (vLLM's API server "
+        "balances on each engine's running and waiting queues), round_robin = in turn, whatever their load "
+        "(SGLang's default --load-balance-method)")
     simulator: Literal["auto", "python", "numba"] = Field(
         "auto", description="the discrete-event simulator's loop: python (the reference loop), numba (the same "
         "loop compiled; pip install \"planner[fast]\"), auto (numba when it imports, else python); they give the "
@@ -103,11 +109,15 @@ class Iteration:
 
 
 def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
-              prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION, power: bool = True) -> Iteration:
+              prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION, power: bool = True,
+              dp_skew=1.0) -> Iteration:
     """One iteration's time and power: the roofline's, or a measured step-time table's where one is
     in use for this hardware (``perf.measured``; power stays the roofline's). ``power=False``: the
-    power is not computed (NaN), for callers that only need times."""
-    it = _roofline_iteration(model, hw, lay, dtypes, n_decode, decode_ctx, prefill_tokens, prompt_len, spec, power)
+    power is not computed (NaN), for callers that only need times. ``dp_skew``: decoding sequences
+    on the busiest attention data-parallel replica over the mean (``Step.dp_skew``; the roofline
+    only)."""
+    it = _roofline_iteration(model, hw, lay, dtypes, n_decode, decode_ctx, prefill_tokens, prompt_len, spec, power,
+                             dp_skew)
     table = table_for(hw.name)
     if table is None:
         return it
@@ -126,7 +136,7 @@ def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
 
 def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
                         prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION,
-                        power: bool = True) -> Iteration:
+                        power: bool = True, dp_skew=1.0) -> Iteration:
     """One iteration of ``n_decode`` decoding sequences (mean context ``decode_ctx``) and
     ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
     parallelism the batch is split in ``pp`` micro-batches that each cross every stage. With
@@ -134,12 +144,12 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     hw, lay = on_dies(hw, lay)          # a multi-die package: one die's step (power stays the package's)
     pp, k = lay.pp, spec.draft_tokens
     n = np.asarray(n_decode, float) / pp
-    dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx), dtypes)
+    dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                           prompt_len, 0.0), dtypes)
+    draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k)
     # the prefill operators are temporaries of this call: sums may be written into their arrays
-    ops = merge_ops(dec, pre, consume_b=True) + mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx), dtypes,
-                                                              passes=k)
+    ops = merge_ops(dec, pre, consume_b=True) + draft
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
         prompt_len, float))
     total = st.total_s

@@ -52,6 +52,45 @@ def lookup(axes, geo, t_grid, w_grid, n: float, ctx: float, p: float) -> tuple[f
     return interp(t_grid, i, a, j, b, k, c), interp(w_grid, i, a, j, b, k, c)
 
 
+def lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi: float, n: float, ctx: float, p: float,
+                  skew: float) -> tuple[float, float]:
+    """``lookup`` at a busiest-replica skew: linear between the grid at 1 and the one at ``skew_hi``."""
+    if skew == 1.0:
+        return lookup(axes, geo, t_grid, w_grid, n, ctx, p)
+    i, a = cell(axes, geo, 0, n)
+    j, b = cell(axes, geo, 1, ctx)
+    k, c = cell(axes, geo, 2, p)
+    t1, w1 = interp(t_grid, i, a, j, b, k, c), interp(w_grid, i, a, j, b, k, c)
+    t2, w2 = interp(t2_grid, i, a, j, b, k, c), interp(w2_grid, i, a, j, b, k, c)
+    f = (skew - 1.0) / (skew_hi - 1.0)
+    return t1 + f * (t2 - t1), w1 + f * (w2 - w1)
+
+
+def place(rank_of, placed, r: int, ranks: int, round_robin: bool, turn: int) -> int:
+    """Place request ``r`` on an attention replica (``simulate.Replicas.place``); returns the turn."""
+    if round_robin:
+        j = turn % ranks
+        turn += 1
+    else:
+        j = 0
+        for q in range(1, ranks):
+            if placed[q] < placed[j]:
+                j = q
+    rank_of[r] = j
+    placed[j] += 1
+    return turn
+
+
+def skew_of(decoding, ranks: int, n_dec: int) -> float:
+    """Decoding sequences on the busiest replica over the mean (``simulate.Replicas.skew``)."""
+    if ranks <= 1 or n_dec == 0:
+        return 1.0
+    most = decoding[0]
+    for q in range(1, ranks):
+        most = max(most, decoding[q])
+    return most * ranks / n_dec
+
+
 def block_sum(x: np.ndarray, lo: int, n: int) -> float:
     """numpy's sum of ``x[lo:lo+n]`` for n <= 128: sequential below 8, else eight accumulators."""
     if n < 8:
@@ -152,14 +191,19 @@ def batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run: int, r: int
 
 def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int, max_seqs: int, chunked: bool,
              reserve_all: bool, verify: int, tps, kv_free: float, per_tok: float, state: float,
-             axes, geo, t_grid, w_grid, to_load, layers: int, ttft, done):
+             axes, geo, t_grid, w_grid, to_load, layers: int, ttft, done, ranks: int = 1, round_robin: bool = False,
+             t2_grid=None, w2_grid=None, skew_hi: float = 2.0):
     """Iteration loop of one instance over its requests (arrival order): fills ``ttft`` and ``done``
     (local, NaN on entry); returns (energy J per device, preemptions, iterations, end time s,
     status). ``to_load``: seconds to load each request's hits from slower KV tiers, layer by layer
     in the iteration of its first chunk, which takes the longer of compute and load plus one layer
     of the shorter (``perf.kv_tiers.exposed_prefill_s``); zeroed once paid. The waiting queue is a
     ring buffer (preempted requests go to its front); the running batch is arrays in admission
-    order (the newest is preempted first). ``tps``: tokens each request gains per decode iteration."""
+    order (the newest is preempted first). ``tps``: tokens each request gains per decode iteration.
+    ``ranks`` attention replicas (``simulate.Replicas``): the step is looked up at the busiest one's
+    skew, between ``t_grid`` (skew 1) and ``t2_grid`` (skew ``skew_hi``)."""
+    if t2_grid is None:
+        t2_grid, w2_grid = t_grid, w_grid
     n = len(arr)
     cap = max(n, 1)
     wq = np.empty(cap, np.int64)               # waiting queue (ring): wq[(head + p) % cap]
@@ -186,6 +230,10 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     buf = np.empty(cap)                        # contexts of the sequences ending in one iteration
     fin_id = np.empty(cap, np.int64)           # and their ids
     fin_tps = np.empty(cap)                    # and tokens per iteration
+    rank_of = np.zeros(cap, np.int64)          # each request's attention replica
+    placed = np.zeros(max(ranks, 1), np.int64)     # unfinished requests per replica
+    decoding = np.zeros(max(ranks, 1), np.int64)   # decoding sequences per replica
+    turn = 0
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
     n_run = 0
@@ -194,6 +242,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     while finished < n:
         while nxt < n and arr[nxt] <= now:
             wq[(head + count) % cap] = nxt
+            if ranks > 1:
+                turn = place(rank_of, placed, nxt, ranks, round_robin, turn)
             count += 1
             nxt += 1
         if prefilled:                          # transferred requests join the decode batch as KV allows
@@ -205,6 +255,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     break
                 kv_used += need
                 admitted[r] = True
+                decoding[rank_of[r]] += 1
                 head = (head + 1) % cap
                 count -= 1
                 least = min(least, (out[r] - generated[r]) / (1.0 if uniform else tps[r]))
@@ -252,14 +303,16 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             tau, watts = lookup(axes, geo, t_grid, w_grid, 0.0, 16.0, float(p_tokens))
         else:
             ctx_mean = ctx_sum / n_dec if n_dec else 16.0
-            tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean, float(p_tokens))
+            skew = skew_of(decoding, ranks, n_dec)
+            tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec), ctx_mean,
+                                       float(p_tokens), skew)
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
                 steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
                                      tps_sum * per_tok, reserve_all)
                 if steps > 1:
-                    tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec),
-                                        ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0)
+                    tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec),
+                                               ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0, skew)
         if loading > 0:
             tau = max(tau, loading) + min(tau, loading) / layers
             for q in range(n_ch):
@@ -326,6 +379,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     r = fin_id[q]
                     done[r] = now
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
+                    decoding[rank_of[r]] -= 1
+                    placed[rank_of[r]] -= 1
                 finished += n_fin
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
                 tps_sum -= pairwise_sum(fin_tps, 0, n_fin)
@@ -333,6 +388,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 r = run_id[n_run - 1]
                 generated[r] = run_gen[n_run - 1]
                 kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
+                decoding[rank_of[r]] -= 1
                 admitted[r] = False
                 remaining[r] = need_prefill[r] + np.int64(np.rint(generated[r]))
                 head = (head - 1) % cap
@@ -362,8 +418,10 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 if left <= 0:
                     done[r] = now
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
+                    placed[rank_of[r]] -= 1
                     finished += 1
                 else:
+                    decoding[rank_of[r]] += 1
                     least = min(least, left / (1.0 if uniform else tps[r]))
                     n_run = batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run, r, left,
                                          full_in[r] + generated[r], generated[r], tps[r])
@@ -507,8 +565,8 @@ def jsq_token(ready_s, output_tokens, step_s, where):
 # ---------------------------------------------------------------------------------------------------
 # selection and compilation
 
-_HELPERS = (cell, interp, lookup, block_sum, pairwise_sum, held, decode_steps, ring_remove, batch_append, heap_push,
-            heap_pop, better, tree_update)
+_HELPERS = (cell, interp, lookup, lookup_skewed, place, skew_of, block_sum, pairwise_sum, held, decode_steps,
+            ring_remove, batch_append, heap_push, heap_pop, better, tree_update)
 _KERNELS = {"instance": instance, "fcfs": fcfs, "jsq_prompt": jsq_prompt, "jsq_token": jsq_token}
 _compiled: dict[str, object] = {}
 

@@ -32,29 +32,42 @@ from planner.perf.memory import (
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 from planner.serving.batching import Engine, iteration
 
 
 class IterationTable:
     """Iteration time and device power on a grid of (decodes, mean decode context, prefill
     tokens), evaluated in one vectorized roofline call; trilinear interpolation. Axes are
-    geometric (plus a zero point), so a lookup finds its cell with one logarithm per axis."""
+    geometric (plus a zero point), so a lookup finds its cell with one logarithm per axis.
+
+    With attention data parallelism a second grid holds the iteration whose busiest replica
+    decodes ``SKEW`` times the mean (``Step.dp_skew``); a lookup at skew ``s`` interpolates
+    linearly between the two (and beyond, up to ``dp_ranks``): the replica's attention-side work
+    and its all-to-all sends are affine in its sequences."""
 
     POINTS = 20
+    SKEW = 2.0
 
     def __init__(self, model, hw, lay: Layout, dtypes, engine: Engine, max_ctx: float, prompt_len: float,
                  max_decode: int, max_tokens: int):
         self.axes = [self._axis(1.0, max(max_decode, 2)), self._axis(16.0, max(max_ctx, 32)),
                      self._axis(16.0, max_tokens)]
+        self.dp_ranks = dp_ranks(hw, lay)
         N, Cx, P = np.meshgrid(*self.axes, indexing="ij")
-        it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len, engine.speculation)
-        self.t_grid = np.ascontiguousarray(it.time_s.reshape(N.shape), dtype=float)
-        self.w_grid = np.ascontiguousarray(np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape), dtype=float)
+        grids = []
+        for skew in (1.0, self.SKEW) if self.dp_ranks > 1 else (1.0,):
+            it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len, engine.speculation,
+                           dp_skew=skew)
+            grids.append((np.ascontiguousarray(it.time_s.reshape(N.shape), dtype=float),
+                          np.ascontiguousarray(np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape),
+                                               dtype=float)))
+        (self.t_grid, self.w_grid), (self.t2_grid, self.w2_grid) = grids[0], grids[-1]
         self._geo = [(math.log(a[1]), math.log(a[-1] / a[1]) / (len(a) - 2)) for a in self.axes]
         self.geo = np.array(self._geo)                     # (log of the first point, log step) per axis
         self.axes_grid = np.array(self.axes)               # 3 x (POINTS + 1), for the kernels
         self._t, self._w = self.t_grid.tolist(), self.w_grid.tolist()   # plain floats: fast scalar lookups
+        self._t2, self._w2 = self.t2_grid.tolist(), self.w2_grid.tolist()
         self._lists = [a.tolist() for a in self.axes]
 
     def _axis(self, lo: float, hi: float) -> np.ndarray:
@@ -68,19 +81,53 @@ class IterationTable:
         lo, hi = axis[i], axis[i + 1]
         return i, (x - lo) / (hi - lo)
 
-    def __call__(self, n: float, ctx: float, p: float) -> tuple[float, float]:
+    def __call__(self, n: float, ctx: float, p: float, skew: float = 1.0) -> tuple[float, float]:
         i, a = self._cell(0, n)
         j, b = self._cell(1, ctx)
         k, c = self._cell(2, p)
         out = []
-        for arr in (self._t, self._w):
+        for arr in (self._t, self._w, self._t2, self._w2) if skew != 1.0 else (self._t, self._w):
             lo, hi = arr[i], arr[i + 1]
             v = 0.0
             for jj, wb in ((j, 1 - b), (j + 1, b)):
                 for kk, wc in ((k, 1 - c), (k + 1, c)):
                     v += wb * wc * (lo[jj][kk] * (1 - a) + hi[jj][kk] * a)
             out.append(v)
+        if skew != 1.0:
+            f = (skew - 1.0) / (self.SKEW - 1.0)
+            return out[0] + f * (out[2] - out[0]), out[1] + f * (out[3] - out[1])
         return out[0], out[1]
+
+
+class Replicas:
+    """Attention data-parallel replicas of an instance: each request is placed on one at arrival
+    and stays there (``Engine.dp_balance``: in turn, or on the one with the fewest unfinished
+    requests, the lowest index on ties); ``skew`` = decoding sequences on the busiest replica over
+    the mean, which sets the step (``Step.dp_skew``)."""
+
+    def __init__(self, ranks: int, requests: int, round_robin: bool):
+        self.ranks, self.round_robin, self.turn = ranks, round_robin, 0
+        self.of = [0] * requests
+        self.placed = [0] * ranks        # unfinished requests per replica
+        self.decoding = [0] * ranks      # decoding sequences per replica
+
+    def place(self, r: int) -> None:
+        if self.round_robin:
+            j = self.turn % self.ranks
+            self.turn += 1
+        else:
+            j = self.placed.index(min(self.placed))
+        self.of[r] = j
+        self.placed[j] += 1
+
+    def skew(self, n_dec: int) -> float:
+        return max(self.decoding) * self.ranks / n_dec if self.ranks > 1 and n_dec else 1.0
+
+
+def dp_ranks(hw: HardwareProfile, lay: Layout) -> int:
+    """Attention data-parallel replicas of an instance, counted as the engine does: per die on a
+    multi-die package (``perf.parallel.on_dies``)."""
+    return int(np.ravel(on_dies(hw, lay)[1].attention_dp)[0])
 
 
 def _steady_throughput(arrival_s: np.ndarray, done: np.ndarray, warmup_frac: float) -> float:
@@ -204,7 +251,8 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
         output_len[ids].astype(np.int64), prefilled, budget, max_seqs,
         engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
         tps_local, float(kv_free), float(per_tok), float(state), table.axes_grid,
-        table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local)
+        table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local, table.dp_ranks,
+        engine.dp_balance == "round_robin", table.t2_grid, table.w2_grid, table.SKEW)
     if status == sim_kernel.STALLED:
         raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
     ttft[ids], done[ids] = t_local, d_local
@@ -243,6 +291,8 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     kv_used = 0.0
     generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.float64)
     admitted = np.zeros(len(ids), dtype=bool)
+    rep = Replicas(table.dp_ranks, len(ids), engine.dp_balance == "round_robin")
+    placed, decoding = rep.placed, rep.decoding
 
     def held(r: int) -> float:
         """KV bytes request ``r`` holds now (all it will ever need, if reserved at admission)."""
@@ -254,6 +304,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     while finished < n_total:
         while nxt < n_total and arr[nxt] <= now:
             waiting.append(nxt)
+            rep.place(nxt)
             nxt += 1
         if prefilled:                      # transferred requests join the decode batch as KV allows
             joined = []
@@ -264,6 +315,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                     break
                 kv_used += need
                 admitted[r] = True
+                decoding[rep.of[r]] += 1
                 joined.append(waiting.popleft())
             if joined:
                 left = out[joined] - generated[joined]
@@ -307,7 +359,8 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             tau, watts = table(0, 16.0, p_tokens)
         else:
             ctx_mean = ctx_sum / n_dec if n_dec else 16.0
-            tau, watts = table(n_dec, ctx_mean, p_tokens)
+            skew = rep.skew(n_dec)
+            tau, watts = table(n_dec, ctx_mean, p_tokens, skew)
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event: an arrival,
                 # a sequence finishing, or the KV pool filling
@@ -318,7 +371,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                         else horizon)
                 steps = max(1, min(horizon, room))
                 if steps > 1:
-                    tau, watts = table(n_dec, ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0)
+                    tau, watts = table(n_dec, ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0, skew)
         if loading > 0:
             tau = float(exposed_prefill_s(tau, loading, layers))
             for r, _ in chunk:
@@ -341,6 +394,8 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 for r in run_id[fin]:
                     done[ids[r]] = now
                     kv_used -= held(r)
+                    decoding[rep.of[r]] -= 1
+                    placed[rep.of[r]] -= 1
                 finished += int(fin.sum())
                 keep = ~fin
                 ctx_sum -= float(run_ctx[fin].sum())
@@ -349,6 +404,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             while kv_used > kv_free and len(run_id):          # preempt the newest, recompute later
                 r = int(run_id[-1])
                 kv_used -= held(r)
+                decoding[rep.of[r]] -= 1
                 admitted[r] = False
                 remaining_prefill[r] = need_prefill[r] + round(generated[r])
                 waiting.appendleft(r)
@@ -369,8 +425,10 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 if left <= 0:
                     done[ids[r]] = now
                     kv_used -= held(r)
+                    placed[rep.of[r]] -= 1
                     finished += 1
                 else:
+                    decoding[rep.of[r]] += 1
                     new_ids.append(r)
                     new_left.append(left)
                     new_ctx.append(full_in[r] + generated[r])

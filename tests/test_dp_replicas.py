@@ -1,0 +1,73 @@
+"""Attention data-parallel replicas: where requests go (``Engine.dp_balance``), and what the busiest
+replica costs a step (``Step.dp_skew``), derived by hand."""
+
+import numpy as np
+import pytest
+
+import planner
+from planner.perf.ops import DTypes, Step, layer_ops
+from planner.perf.parallel import Layout
+from planner.serving.batching import Engine, iteration
+from planner.serving.simulate import Replicas, dp_ranks, simulate
+from planner.serving.workload import Fixed, Workload
+
+M = planner.model("gpt-oss-120b")
+HW = planner.hardware("h100-sxm")
+FP8 = DTypes(weight=planner.DType.fp8)
+
+
+def test_placement_in_turn_and_on_the_least_loaded():
+    rr = Replicas(3, 6, round_robin=True)
+    for r in range(6):
+        rr.place(r)
+    assert rr.of == [0, 1, 2, 0, 1, 2]
+    ll = Replicas(3, 6, round_robin=False)
+    ll.placed[:] = [2, 0, 1]                 # replica 0 holds two unfinished requests, 2 one
+    for r in range(3):
+        ll.place(r)
+    assert ll.of[:3] == [1, 1, 2]            # [2,0,1] -> 1; [2,1,1] -> 1 (ties: lowest index); [2,2,1] -> 2
+    ll.decoding[:] = [4, 1, 1]
+    assert ll.skew(6) == pytest.approx(4 * 3 / 6)
+    assert Replicas(1, 2, True).skew(5) == 1.0
+
+
+def by_name(ops):
+    return {op.name: op for op in ops}
+
+
+def test_skew_scales_the_replica_side_and_the_sends_not_the_experts():
+    """At skew 2 the busiest replica holds twice the mean sequences: its attention reads twice the
+    KV, its projections twice the tokens, its all-to-all sends twice the bytes; the experts'
+    tokens come from every replica (balanced by routing) and do not change."""
+    lay = Layout.of(1, 8, 1)
+    base = by_name(layer_ops(M, lay, Step.lean(64.0, 1.0, 1000.0), FP8))
+    skew = by_name(layer_ops(M, lay, Step.lean(64.0, 1.0, 1000.0, 2.0), FP8))
+    assert np.all(skew["attention"].kv_bytes == 2 * base["attention"].kv_bytes)
+    assert np.all(skew["qkv_proj"].flops == 2 * base["qkv_proj"].flops)
+    assert np.all(skew["ep_dispatch"].comm_bytes == 2 * base["ep_dispatch"].comm_bytes)
+    assert np.all(skew["experts"].flops == base["experts"].flops)
+    flat = Layout.of(8, 1, 1)                # no attention DP: one replica, nothing to skew
+    assert by_name(layer_ops(M, flat, Step.lean(64.0, 1.0, 1000.0, 2.0), FP8))["attention"].kv_bytes == \
+        by_name(layer_ops(M, flat, Step.lean(64.0, 1.0, 1000.0), FP8))["attention"].kv_bytes
+
+
+def test_a_skewed_step_is_slower_and_replicas_count_dies():
+    lay = Layout.of(1, 8, 1)
+    t1 = iteration(M, HW, lay, FP8, 256.0, 2000.0, 0.0, 1.0).time_s
+    t2 = iteration(M, HW, lay, FP8, 256.0, 2000.0, 0.0, 1.0, dp_skew=2.0).time_s
+    assert t2 > t1
+    assert dp_ranks(HW, lay) == 8 and dp_ranks(HW, Layout.of(8, 1, 1)) == 1
+    assert dp_ranks(planner.hardware("ascend-910c"), Layout.of(1, 8, 1)) == 16     # two dies per package
+
+
+def test_round_robin_decodes_no_faster_than_least_loaded():
+    """Variable output lengths: in turn, replicas drift apart as requests end; placed on the least
+    loaded they stay within a request or so of each other, so each step waits less."""
+    w = Workload(rate=1.0, input=Fixed(value=500), output=Fixed(value=300))
+    a, i, o = w.with_rate(30.0).sample(400, 1)
+    o = np.random.default_rng(0).integers(20, 600, len(o))
+    tpot = {}
+    for balance in ("round_robin", "least_loaded"):
+        e = Engine(dp_balance=balance, simulator="python")
+        tpot[balance] = simulate(M, HW, Layout.of(1, 8, 1), FP8, e, a, i, o, warmup_frac=0.0).tpot_s.mean()
+    assert tpot["round_robin"] > tpot["least_loaded"]
