@@ -54,9 +54,8 @@ def lookup(axes, geo, t_grid, w_grid, n: float, ctx: float, p: float) -> tuple[f
 
 def lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi: float, n: float, ctx: float, p: float,
                   skew: float) -> tuple[float, float]:
-    """``lookup`` at a busiest-replica skew: linear between the grid at 1 and the one at ``skew_hi``."""
-    if skew == 1.0:
-        return lookup(axes, geo, t_grid, w_grid, n, ctx, p)
+    """``lookup`` at a busiest-replica skew (not 1): linear between the grid at 1 and the one at
+    ``skew_hi``."""
     i, a = cell(axes, geo, 0, n)
     j, b = cell(axes, geo, 1, ctx)
     k, c = cell(axes, geo, 2, p)
@@ -255,7 +254,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     break
                 kv_used += need
                 admitted[r] = True
-                decoding[rank_of[r]] += 1
+                if ranks > 1:
+                    decoding[rank_of[r]] += 1
                 head = (head + 1) % cap
                 count -= 1
                 least = min(least, (out[r] - generated[r]) / (1.0 if uniform else tps[r]))
@@ -303,14 +303,20 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             tau, watts = lookup(axes, geo, t_grid, w_grid, 0.0, 16.0, float(p_tokens))
         else:
             ctx_mean = ctx_sum / n_dec if n_dec else 16.0
-            skew = skew_of(decoding, ranks, n_dec)
-            tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec), ctx_mean,
-                                       float(p_tokens), skew)
+            skew = skew_of(decoding, ranks, n_dec) if ranks > 1 else 1.0
+            if skew == 1.0:
+                tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean, float(p_tokens))
+            else:
+                tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec),
+                                           ctx_mean, float(p_tokens), skew)
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
                 steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
                                      tps_sum * per_tok, reserve_all)
-                if steps > 1:
+                if steps > 1 and skew == 1.0:
+                    tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec),
+                                        ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0)
+                elif steps > 1:
                     tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec),
                                                ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0, skew)
         if loading > 0:
@@ -379,8 +385,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     r = fin_id[q]
                     done[r] = now
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
-                    decoding[rank_of[r]] -= 1
-                    placed[rank_of[r]] -= 1
+                    if ranks > 1:
+                        decoding[rank_of[r]] -= 1
+                        placed[rank_of[r]] -= 1
                 finished += n_fin
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
                 tps_sum -= pairwise_sum(fin_tps, 0, n_fin)
@@ -388,7 +395,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 r = run_id[n_run - 1]
                 generated[r] = run_gen[n_run - 1]
                 kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
-                decoding[rank_of[r]] -= 1
+                if ranks > 1:
+                    decoding[rank_of[r]] -= 1
                 admitted[r] = False
                 remaining[r] = need_prefill[r] + np.int64(np.rint(generated[r]))
                 head = (head - 1) % cap
@@ -418,10 +426,12 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 if left <= 0:
                     done[r] = now
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
-                    placed[rank_of[r]] -= 1
+                    if ranks > 1:
+                        placed[rank_of[r]] -= 1
                     finished += 1
                 else:
-                    decoding[rank_of[r]] += 1
+                    if ranks > 1:
+                        decoding[rank_of[r]] += 1
                     least = min(least, left / (1.0 if uniform else tps[r]))
                     n_run = batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run, r, left,
                                          full_in[r] + generated[r], generated[r], tps[r])
