@@ -24,6 +24,7 @@ through the chain, the same spread in ``p_i`` spreads ``L_i`` more where accepta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from numbers import Integral, Real
 
 import numpy as np
@@ -59,30 +60,62 @@ class Speculation:
     def tokens_per_step(self) -> float:
         return float(chain_tokens(self.acceptance, self.draft_tokens))
 
+    @property
+    def spread(self) -> bool:
+        """Requests differ in their acceptance (drafts, a non-zero acceptance and spread)."""
+        return self.draft_tokens > 0 and self.acceptance > 0.0 and self.request_sd != 0.0
+
     def per_request(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Tokens per verify step of each of ``n`` requests: ``chain_tokens(p_i, k)`` with ``p_i``
-        Beta-distributed, at evenly spaced quantiles in a random order (``rng``), their mean chosen
-        so that the harmonic mean of the ``L_i`` is ``tokens_per_step``. All equal without drafts
-        or spread."""
-        k, aggregate = self.draft_tokens, self.tokens_per_step
-        if k == 0 or self.acceptance == 0.0 or self.request_sd == 0.0 or n == 0:
-            return np.full(n, aggregate)
-        from scipy.special import betaincinv
+        """Tokens per verify step of each of ``n`` requests: ``chain_tokens(p_i, k)`` at evenly spaced
+        quantiles of the per-request distribution (``request_distribution``), in a random order
+        (``rng``). All equal without drafts or spread."""
+        if not self.spread or n == 0:
+            return np.full(n, self.tokens_per_step)
+        p, w = request_distribution(self.draft_tokens, self.acceptance, self.request_sd)
+        cdf = np.cumsum(w) - w / 2
+        return chain_tokens(np.interp((rng.permutation(n) + 0.5) / n, cdf, p), self.draft_tokens)
 
-        def tokens(mean: float, u: np.ndarray) -> np.ndarray:
-            kappa = (REFERENCE_CONCENTRATION if self.request_sd is None
-                     else max(mean * (1 - mean) / self.request_sd**2 - 1, 1e-3))
-            return chain_tokens(betaincinv(mean * kappa, (1 - mean) * kappa, u), k)
+    @property
+    def inverse_cv(self) -> float:
+        """Coefficient of variation across requests of ``1 / L_i``, the factor a request's TPOT
+        carries (0 without spread)."""
+        if not self.spread:
+            return 0.0
+        p, w = request_distribution(self.draft_tokens, self.acceptance, self.request_sd)
+        inv = 1.0 / chain_tokens(p, self.draft_tokens)
+        mean = float(w @ inv)
+        return float(np.sqrt(w @ (inv - mean) ** 2)) / mean
 
-        grid = (np.arange(512) + 0.5) / 512
-        lo, hi = 1e-6, 1 - 1e-6              # the mean of 1 / L_i falls as the mean probability rises
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if np.mean(1.0 / tokens(mid, grid)) > 1.0 / aggregate:
-                lo = mid
-            else:
-                hi = mid
-        return tokens(0.5 * (lo + hi), (rng.permutation(n) + 0.5) / n)
+
+_GRID = (np.arange(4096) + 0.5) / 4096
+
+
+@lru_cache(maxsize=128)
+def request_distribution(k: int, acceptance: float, sd: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(acceptance probabilities, weights): the per-request Beta distribution on a grid of 4,096
+    midpoints (numpy only: no inverse incomplete beta on the planning path), its mean found by
+    bisection so that the mean of ``1 / chain_tokens(p_i, k)`` is ``1 / chain_tokens(acceptance, k)``
+    (the aggregate is the requests' harmonic mean)."""
+    target = 1.0 / chain_tokens(acceptance, k)
+    log_p, log_q = np.log(_GRID), np.log1p(-_GRID)
+    inv = 1.0 / chain_tokens(_GRID, k)
+
+    def weights(mean: float) -> np.ndarray:
+        kappa = REFERENCE_CONCENTRATION if sd is None else max(mean * (1 - mean) / sd**2 - 1, 1e-3)
+        log_w = (mean * kappa - 1) * log_p + ((1 - mean) * kappa - 1) * log_q
+        w = np.exp(log_w - log_w.max())
+        return w / w.sum()
+
+    lo, hi = 1e-4, 1 - 1e-4                  # the mean of 1 / L_i falls as the mean probability rises
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if weights(mid) @ inv > target:
+            lo = mid
+        else:
+            hi = mid
+    w = weights(0.5 * (lo + hi))
+    w.flags.writeable = False                # cached: shared by every caller
+    return _GRID, w
 
 
 def chain_tokens(p, k: int):

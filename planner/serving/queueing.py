@@ -204,6 +204,9 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     # a Poisson number of prompt lumps (lambda x decode time) lands in its O - 1 gaps
     var_tpot = (np.maximum(slope, 0) ** 2 * n * arrival_scv
                 + rate * tpot * marginal**2 * stats.second_prefill * stats.mean_inv_decode)
+    if engine.speculation.spread:
+        # and each request accepts drafts at its own rate: its TPOT is the step over its own L_i
+        var_tpot = var_tpot + (tpot * engine.speculation.inverse_cv) ** 2
     sd_tpot = np.sqrt(var_tpot)
     if not ttft:
         tpot_q = {"mean": tpot} | {k: tpot + _Z[k] * sd_tpot for k in PERCENTILES if k in percentiles}
