@@ -110,3 +110,13 @@ def test_analytic_tpot_tail_carries_the_spread():
     assert mean1 == mean0 and p90_1 > p90_0
     assert p90_1 == pytest.approx(sim1, rel=0.10)
     assert (p90_1 - p90_0) == pytest.approx(sim1 - sim0, rel=0.5)
+
+
+def test_a_spread_too_wide_for_the_acceptance_is_a_located_error():
+    """At 98% acceptance no distribution with a 0.3 standard deviation keeps the aggregate
+    (it cannot spread upwards): a clear error on the field, not a silently wrong mean."""
+    with pytest.raises(ValueError, match="mtp_acceptance_sd.*smaller mtp_acceptance_sd"):
+        Engine(mtp_tokens=3, mtp_acceptance=0.98, mtp_acceptance_sd=0.3)
+    wide = Speculation(3, 0.1, 0.49)                  # capped at a concentration of 2, still exact
+    tps = wide.per_request(2000, np.random.default_rng(0))
+    assert 1.0 / np.mean(1.0 / tps) == pytest.approx(wide.tokens_per_step, rel=1e-3)

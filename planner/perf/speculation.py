@@ -101,7 +101,8 @@ def request_distribution(k: int, acceptance: float, sd: float | None) -> tuple[n
     inv = 1.0 / chain_tokens(_GRID, k)
 
     def weights(mean: float) -> np.ndarray:
-        kappa = REFERENCE_CONCENTRATION if sd is None else max(mean * (1 - mean) / sd**2 - 1, 1e-3)
+        # a concentration below 2 would pile the requests at 0 and 1: the spread is capped there
+        kappa = REFERENCE_CONCENTRATION if sd is None else max(mean * (1 - mean) / sd**2 - 1, 2.0)
         log_w = (mean * kappa - 1) * log_p + ((1 - mean) * kappa - 1) * log_q
         w = np.exp(log_w - log_w.max())
         return w / w.sum()
@@ -114,6 +115,9 @@ def request_distribution(k: int, acceptance: float, sd: float | None) -> tuple[n
         else:
             hi = mid
     w = weights(0.5 * (lo + hi))
+    if abs(w @ inv / target - 1) > 1e-3:
+        raise InputError(f"no spread of {sd} across requests around an acceptance of {acceptance} with {k} draft "
+                         f"tokens keeps the engine's tokens per step; give a smaller mtp_acceptance_sd")
     w.flags.writeable = False                # cached: shared by every caller
     return _GRID, w
 

@@ -89,6 +89,14 @@ class Engine(Frozen):
         if self.mtp_acceptance_sd is not None and not self.mtp_acceptance:
             raise located("mtp_acceptance_sd", "mtp_acceptance_sd without mtp_acceptance would be ignored; give "
                           "mtp_tokens and mtp_acceptance")
+        if self.mtp_acceptance_sd:
+            from planner.errors import InputError
+            from planner.perf.speculation import request_distribution
+
+            try:                                     # solve the per-request distribution now (cached)
+                request_distribution(self.mtp_tokens, self.mtp_acceptance, self.mtp_acceptance_sd)
+            except InputError as e:
+                raise located("mtp_acceptance_sd", str(e)) from None
         return self
 
     def instance_limits(self, dp: int) -> tuple[int, int]:
