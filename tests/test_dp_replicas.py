@@ -71,3 +71,47 @@ def test_round_robin_decodes_no_faster_than_least_loaded():
         e = Engine(dp_balance=balance, simulator="python")
         tpot[balance] = simulate(M, HW, Layout.of(1, 8, 1), FP8, e, a, i, o, warmup_frac=0.0).tpot_s.mean()
     assert tpot["round_robin"] > tpot["least_loaded"]
+
+
+def test_a_full_replica_holds_its_requests_back():
+    """A per-replica limit (max_num_seqs 8 over 8 replicas: one each). Requests 0-7 fill the
+    replicas; 1-7 end early, 0 late; request 8 arrives in between. In turn it goes to replica 0
+    and waits for request 0 to end; placed on the least loaded it starts at once on a free one."""
+    inp = np.full(9, 64)
+    out = np.full(9, 5)
+    out[0] = 40
+    first = simulate(M, HW, Layout.of(1, 8, 1), FP8, Engine(max_num_seqs=8, limits_scope="instance"),
+                     np.zeros(8), inp[:8], out[:8], warmup_frac=0.0)
+    arrival = np.zeros(9)
+    arrival[8] = (first.e2e_s[1] + first.e2e_s[0]) / 2
+    res = {}
+    for balance in ("round_robin", "least_loaded"):
+        e = Engine(dp_balance=balance, max_num_seqs=8, limits_scope="instance", simulator="python")
+        res[balance] = simulate(M, HW, Layout.of(1, 8, 1), FP8, e, arrival, inp, out, warmup_frac=0.0)
+    rr, ll = res["round_robin"], res["least_loaded"]
+    assert arrival[8] + rr.ttft_s[8] > rr.e2e_s[0]            # started only after request 0 ended
+    assert arrival[8] + ll.ttft_s[8] < ll.e2e_s[0]
+
+
+def test_prefill_first_with_nothing_admissible_lets_the_decodes_run():
+    """Without chunked prefill a waiting prompt used to claim a prefill-only iteration even when it
+    could not be admitted, so the decodes that would free its place never ran. Here every
+    replica's one slot is taken and a ninth prompt waits: the run must end."""
+    n = 9
+    arrival = np.zeros(n)
+    arrival[8] = 1e-6
+    e = Engine(dp_balance="round_robin", max_num_seqs=8, limits_scope="instance", chunked_prefill=False,
+               simulator="python")
+    r = simulate(M, HW, Layout.of(1, 8, 1), FP8, e, arrival, np.full(n, 64), np.full(n, 30), warmup_frac=0.0)
+    assert np.all(np.isfinite(r.e2e_s)) and len(r.e2e_s) == n
+
+
+def test_prefill_first_at_the_sequence_limit_does_not_hang():
+    """Without chunked prefill, a prompt waiting while the batch holds max_num_seqs sequences took a
+    prefill-only iteration it could not use, again and again: the simulator never ended (session 8
+    found it; a plan with chunked_prefill: false at load hung). Now the decodes run and free a slot."""
+    m = planner.model("llama-3.1-8b")
+    e = Engine(max_num_seqs=4, chunked_prefill=False, simulator="python")
+    r = simulate(m, HW, Layout.of(1, 1, 1), DTypes(), e, np.zeros(8), np.full(8, 100), np.full(8, 50), warmup_frac=0.0)
+    assert np.all(np.isfinite(r.e2e_s)) and len(r.e2e_s) == 8
+    assert np.sort(r.ttft_s)[4] > np.sort(r.e2e_s)[0] - 1e-9      # the fifth prompt waited for a slot

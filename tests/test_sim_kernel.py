@@ -64,6 +64,8 @@ CASES = {
     "mtp_burst": (Layout.of(8, 1, 1), DTypes(), {"mtp_tokens": 2, "mtp_acceptance": 0.7},
                   Workload(rate=1.0, input=LogNormal(median=300, sigma=0.5), output=Fixed(value=50)), 300.0, 600),
     "small_budget": (Layout.of(8, 1, 1), DTypes(), {"max_batched_tokens": 512, "max_num_seqs": 8}, CONV, 2.0, 300),
+    # prefill-first at the sequence limit: waiting prompts that cannot be admitted let the decodes run
+    "lumpy_full": (Layout.of(8, 1, 1), DTypes(), {"chunked_prefill": False, "max_num_seqs": 8}, CONV, 5.0, 300),
 }
 
 

@@ -232,6 +232,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     rank_of = np.zeros(cap, np.int64)          # each request's attention replica
     placed = np.zeros(max(ranks, 1), np.int64)     # unfinished requests per replica
     decoding = np.zeros(max(ranks, 1), np.int64)   # decoding sequences per replica
+    active = np.zeros(max(ranks, 1), np.int64)     # admitted (KV held), unfinished requests per replica
+    per_rank = max(1, max_seqs // max(ranks, 1))   # sequences a replica admits
     turn = 0
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
@@ -255,6 +257,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 kv_used += need
                 admitted[r] = True
                 if ranks > 1:
+                    active[rank_of[r]] += 1
                     decoding[rank_of[r]] += 1
                 head = (head + 1) % cap
                 count -= 1
@@ -278,11 +281,15 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             if budget <= 0 or seqs >= max_seqs or remaining[r] == 0:
                 break
             if not admitted[r]:
+                if ranks > 1 and active[rank_of[r]] >= per_rank:
+                    continue                   # its replica is full: it waits there, the others go on
                 need = held(r, full_in, out, generated, reserve_all, per_tok, state)
                 if kv_used + need > kv_free:
                     break                      # admission waits for KV space (FCFS)
                 kv_used += need
                 admitted[r] = True
+                if ranks > 1:
+                    active[rank_of[r]] += 1
             take = min(remaining[r], budget)
             ch_id[n_ch] = r
             ch_take[n_ch] = take
@@ -290,6 +297,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             p_tokens += take
             budget -= take
             seqs += 1
+        if n_ch == 0:
+            prefill_only = False               # nothing admissible: the decodes go on
         loading = 0.0
         for q in range(n_ch):
             loading += to_load[ch_id[q]]
@@ -388,6 +397,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                     if ranks > 1:
                         decoding[rank_of[r]] -= 1
+                        active[rank_of[r]] -= 1
                         placed[rank_of[r]] -= 1
                 finished += n_fin
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
@@ -398,6 +408,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                 if ranks > 1:
                     decoding[rank_of[r]] -= 1
+                    active[rank_of[r]] -= 1
                 admitted[r] = False
                 remaining[r] = need_prefill[r] + np.int64(np.rint(generated[r]))
                 head = (head - 1) % cap
@@ -428,6 +439,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     done[r] = now
                     kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                     if ranks > 1:
+                        active[rank_of[r]] -= 1
                         placed[rank_of[r]] -= 1
                     finished += 1
                 else:

@@ -102,13 +102,17 @@ class IterationTable:
 class Replicas:
     """Attention data-parallel replicas of an instance: each request is placed on one at arrival
     and stays there (``Engine.dp_balance``: in turn, or on the one with the fewest unfinished
-    requests, the lowest index on ties); ``skew`` = decoding sequences on the busiest replica over
-    the mean, which sets the step (``Step.dp_skew``)."""
+    requests, the lowest index on ties), and each admits at most ``per_rank`` sequences (its share
+    of the instance's limit: SGLang gives every DP worker max_running_requests // dp_size), so a
+    request placed on a full replica waits for one of that replica's to end; ``skew`` = decoding
+    sequences on the busiest replica over the mean, which sets the step (``Step.dp_skew``)."""
 
-    def __init__(self, ranks: int, requests: int, round_robin: bool):
+    def __init__(self, ranks: int, requests: int, round_robin: bool, max_seqs: int = 1):
         self.ranks, self.round_robin, self.turn = ranks, round_robin, 0
+        self.per_rank = max(1, max_seqs // ranks)
         self.of = [0] * requests
         self.placed = [0] * ranks        # unfinished requests per replica
+        self.active = [0] * ranks        # admitted (KV held), unfinished requests per replica
         self.decoding = [0] * ranks      # decoding sequences per replica
 
     def place(self, r: int) -> None:
@@ -291,8 +295,8 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     kv_used = 0.0
     generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.float64)
     admitted = np.zeros(len(ids), dtype=bool)
-    rep = Replicas(table.dp_ranks, len(ids), engine.dp_balance == "round_robin")
-    placed, decoding = rep.placed, rep.decoding
+    rep = Replicas(table.dp_ranks, len(ids), engine.dp_balance == "round_robin", max_seqs)
+    placed, active, decoding = rep.placed, rep.active, rep.decoding
 
     def held(r: int) -> float:
         """KV bytes request ``r`` holds now (all it will ever need, if reserved at admission)."""
@@ -315,6 +319,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                     break
                 kv_used += need
                 admitted[r] = True
+                active[rep.of[r]] += 1
                 decoding[rep.of[r]] += 1
                 joined.append(waiting.popleft())
             if joined:
@@ -338,15 +343,19 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
             if not admitted[r]:
+                if rep.ranks > 1 and active[rep.of[r]] >= rep.per_rank:
+                    continue                       # its replica is full: it waits there, the others go on
                 need = held(r)
                 if kv_used + need > kv_free:
                     break                          # admission waits for KV space (FCFS)
                 kv_used += need
                 admitted[r] = True
+                active[rep.of[r]] += 1
             take = int(min(remaining_prefill[r], budget))
             chunk.append((r, take))
             budget -= take
             seqs += 1
+        prefill_only = prefill_only and bool(chunk)   # nothing admissible: the decodes go on
         p_tokens = sum(t for _, t in chunk)
         loading = 0.0 if to_load is None else sum(to_load[r] for r, _ in chunk)   # once, by a first chunk
         if p_tokens == 0 and n_dec == 0:
@@ -395,6 +404,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                     done[ids[r]] = now
                     kv_used -= held(r)
                     decoding[rep.of[r]] -= 1
+                    active[rep.of[r]] -= 1
                     placed[rep.of[r]] -= 1
                 finished += int(fin.sum())
                 keep = ~fin
@@ -405,6 +415,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 r = int(run_id[-1])
                 kv_used -= held(r)
                 decoding[rep.of[r]] -= 1
+                active[rep.of[r]] -= 1
                 admitted[r] = False
                 remaining_prefill[r] = need_prefill[r] + round(generated[r])
                 waiting.appendleft(r)
@@ -425,6 +436,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 if left <= 0:
                     done[ids[r]] = now
                     kv_used -= held(r)
+                    active[rep.of[r]] -= 1
                     placed[rep.of[r]] -= 1
                     finished += 1
                 else:
