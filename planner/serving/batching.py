@@ -77,9 +77,10 @@ class Engine(Frozen):
                                   "given its predecessor was")
     mtp_acceptance_sd: float | None = Field(
         None, ge=0, lt=0.5, description="standard deviation across requests of a request's own draft acceptance "
-        "probability: the simulator gives each request its own tokens per step, their harmonic mean kept at the "
-        "engine's; default: a Beta concentration of 15.7, which reproduces the per-request spread aiperf's "
-        "SPEED-Bench run measured (acceptance rate 63.8% +- 16.2 points; perf.speculation); 0: none")
+        "probability: the simulator gives each request its own tokens per step (their harmonic mean kept at the "
+        "engine's) and the analytic TPOT percentiles carry the spread; default: a Beta concentration of 15.7, "
+        "which reproduces the per-request spread aiperf's SPEED-Bench run measured (acceptance rate 63.8% +- 16.2 "
+        "points; perf.speculation); 0: none")
 
     @model_validator(mode="after")
     def _acceptance_needs_drafts(self) -> Engine:

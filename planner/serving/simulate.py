@@ -104,8 +104,9 @@ class Replicas:
     and stays there (``Engine.dp_balance``: in turn, or on the one with the fewest unfinished
     requests, the lowest index on ties), and each admits at most ``per_rank`` sequences (its share
     of the instance's limit: SGLang gives every DP worker max_running_requests // dp_size), so a
-    request placed on a full replica waits for one of that replica's to end; ``skew`` = decoding
-    sequences on the busiest replica over the mean, which sets the step (``Step.dp_skew``)."""
+    request placed on a full replica waits for one of that replica's to end (a decode pool's
+    transferred requests join by the instance's limit alone); ``skew`` = decoding sequences on the
+    busiest replica over the mean, which sets the step (``Step.dp_skew``)."""
 
     def __init__(self, ranks: int, requests: int, round_robin: bool, max_seqs: int = 1):
         self.ranks, self.round_robin, self.turn = ranks, round_robin, 0
@@ -267,7 +268,9 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                          kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
                          load_s: np.ndarray | None = None, layers: int = 1, tps: np.ndarray | None = None):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
-    arrival). With ``dp`` attention replicas the engine limits scale by ``dp`` (replicas pooled).
+    arrival). ``dp``: the layout's attention data parallelism, for the instance's limits
+    (``Engine.instance_limits``); the replicas the table counts (per die) hold the requests
+    (``Replicas``).
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here.
     ``load_s``: per request, the load of its hits from slower KV tiers, layer by layer in the
