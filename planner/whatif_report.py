@@ -53,9 +53,14 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
     if e.mtp_tokens:
         from planner.perf.speculation import Speculation
 
-        per_step = Speculation(e.mtp_tokens, e.mtp_acceptance).tokens_per_step
-        rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: {per_step:.2f} "
-                               "tokens per decode step (TPOT = step / that; comm is per step)"))
+        spec = Speculation(e.mtp_tokens, e.mtp_acceptance)
+        spread = ""
+        if spec.spread:
+            lo, hi = spec.quantile_tokens([0.1, 0.9])
+            spread = f"; {lo:.2f}-{hi:.2f} across requests, P10-P90"
+        rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: "
+                               f"{spec.tokens_per_step:.2f} tokens per decode step{spread} (TPOT = step / that; "
+                               "comm is per step)"))
     if e.bands:
         rows.append(("bands (P10-P90)", "; ".join(f"{k}: {v}" for k, v in e.bands.items())
                      + " (planner/catalog/bands.yaml)"))

@@ -120,3 +120,10 @@ def test_a_spread_too_wide_for_the_acceptance_is_a_located_error():
     wide = Speculation(3, 0.1, 0.49)                  # capped at a concentration of 2, still exact
     tps = wide.per_request(2000, np.random.default_rng(0))
     assert 1.0 / np.mean(1.0 / tps) == pytest.approx(wide.tokens_per_step, rel=1e-3)
+
+
+def test_quantiles_rise_and_bracket_the_aggregate():
+    spec = Speculation(3, 0.8)
+    lo, mid, hi = spec.quantile_tokens([0.1, 0.5, 0.9])
+    assert 1.0 < lo < spec.tokens_per_step < hi < 4.0 and lo < mid < hi
+    assert np.all(Speculation(3, 0.8, 0.0).quantile_tokens([0.1, 0.9]) == Speculation(3, 0.8).tokens_per_step)

@@ -65,15 +65,21 @@ class Speculation:
         """Requests differ in their acceptance (drafts, a non-zero acceptance and spread)."""
         return self.draft_tokens > 0 and self.acceptance > 0.0 and self.request_sd != 0.0
 
+    def quantile_tokens(self, q) -> np.ndarray:
+        """Tokens per verify step at quantiles ``q`` of the requests (``request_distribution``;
+        ``L`` rises with ``p``); the aggregate everywhere without spread."""
+        q = np.asarray(q, dtype=float)
+        if not self.spread:
+            return np.full(q.shape, self.tokens_per_step)
+        p, w = request_distribution(self.draft_tokens, self.acceptance, self.request_sd)
+        return chain_tokens(np.interp(q, np.cumsum(w) - w / 2, p), self.draft_tokens)
+
     def per_request(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Tokens per verify step of each of ``n`` requests: ``chain_tokens(p_i, k)`` at evenly spaced
-        quantiles of the per-request distribution (``request_distribution``), in a random order
-        (``rng``). All equal without drafts or spread."""
+        """Tokens per verify step of each of ``n`` requests: evenly spaced quantiles of the
+        per-request distribution in a random order (``rng``). All equal without drafts or spread."""
         if not self.spread or n == 0:
             return np.full(n, self.tokens_per_step)
-        p, w = request_distribution(self.draft_tokens, self.acceptance, self.request_sd)
-        cdf = np.cumsum(w) - w / 2
-        return chain_tokens(np.interp((rng.permutation(n) + 0.5) / n, cdf, p), self.draft_tokens)
+        return self.quantile_tokens((rng.permutation(n) + 0.5) / n)
 
     @property
     def inverse_cv(self) -> float:
