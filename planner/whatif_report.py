@@ -55,8 +55,8 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
 
         spec = Speculation(e.mtp_tokens, e.mtp_acceptance)
         spread = ""
-        if spec.spread:
-            lo, hi = spec.quantile_tokens([0.1, 0.9])
+        lo, hi = spec.quantile_tokens([0.1, 0.9])
+        if hi - lo >= 0.005:
             spread = f"; {lo:.2f}-{hi:.2f} across requests, P10-P90"
         rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: "
                                f"{spec.tokens_per_step:.2f} tokens per decode step{spread} (TPOT = step / that; "

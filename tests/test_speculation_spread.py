@@ -127,3 +127,13 @@ def test_quantiles_rise_and_bracket_the_aggregate():
     lo, mid, hi = spec.quantile_tokens([0.1, 0.5, 0.9])
     assert 1.0 < lo < spec.tokens_per_step < hi < 4.0 and lo < mid < hi
     assert np.all(Speculation(3, 0.8, 0.0).quantile_tokens([0.1, 0.9]) == Speculation(3, 0.8).tokens_per_step)
+
+
+@pytest.mark.parametrize("k,p", [(1, 0.001), (30, 0.99)])
+def test_the_default_spread_never_fails_an_extreme_acceptance(k, p):
+    """Near 0, or so near 1 that k = 30 chained drafts need it, the 4,096-point grid cannot hold
+    the default spread and keep the aggregate: every request takes the aggregate (not an error
+    for an input the user did not give)."""
+    spec = Speculation(k, p)
+    assert spec.inverse_cv == 0.0
+    assert np.all(spec.per_request(50, np.random.default_rng(0)) == pytest.approx(spec.tokens_per_step))

@@ -101,7 +101,9 @@ def request_distribution(k: int, acceptance: float, sd: float | None) -> tuple[n
     """(acceptance probabilities, weights): the per-request Beta distribution on a grid of 4,096
     midpoints (numpy only: no inverse incomplete beta on the planning path), its mean found by
     bisection so that the mean of ``1 / chain_tokens(p_i, k)`` is ``1 / chain_tokens(acceptance, k)``
-    (the aggregate is the requests' harmonic mean)."""
+    (the aggregate is the requests' harmonic mean). Where the grid cannot hold the default spread
+    (an acceptance within ~1e-3 of 0, or one so close to 1 that the chain's tokens need it), all
+    requests take the aggregate; a spread the user gave that cannot keep it is an input error."""
     target = 1.0 / chain_tokens(acceptance, k)
     log_p, log_q = np.log(_GRID), np.log1p(-_GRID)
     inv = 1.0 / chain_tokens(_GRID, k)
@@ -122,6 +124,8 @@ def request_distribution(k: int, acceptance: float, sd: float | None) -> tuple[n
             hi = mid
     w = weights(0.5 * (lo + hi))
     if abs(w @ inv / target - 1) > 1e-3:
+        if sd is None:       # the default spread at an acceptance the grid cannot resolve (near 0 or 1): none
+            return np.array([acceptance]), np.array([1.0])
         raise InputError(f"no spread of {sd} across requests around an acceptance of {acceptance} with {k} draft "
                          f"tokens keeps the engine's tokens per step; give a smaller mtp_acceptance_sd")
     w.flags.writeable = False                # cached: shared by every caller
