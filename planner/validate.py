@@ -169,7 +169,7 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     ramp-down; output tokens/s is over the makespan."""
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.parallel import Layout
-    from planner.serving.simulate import simulate
+    from planner.serving.simulate import IterationTable, simulate
 
     fw = Framework.model_validate_json(fw_json)
     m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
@@ -177,12 +177,14 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     n = int(p.num_requests or 1)
     c = min(int(p.concurrency or n), n)
     inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
+    lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
+    table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)   # every round's lengths
     nxt = np.zeros(n)
     for _ in range(WAVE_ITERATIONS):           # (a run that has not settled by then keeps its last round)
         arrival = nxt
         order = np.argsort(arrival, kind="stable")
-        r = simulate(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine,
-                     arrival[order], inp[order], out[order], warmup_frac=0.0)
+        r = simulate(m, hw, lay, dtypes, engine, arrival[order], inp[order], out[order], warmup_frac=0.0,
+                     table=table)
         e2e = np.empty(n)
         e2e[order] = r.e2e_s
         nxt = arrival.copy()

@@ -70,6 +70,15 @@ class IterationTable:
         self._t2, self._w2 = self.t2_grid.tolist(), self.w2_grid.tolist()
         self._lists = [a.tolist() for a in self.axes]
 
+    @classmethod
+    def for_requests(cls, model, hw, lay: Layout, dtypes, engine: Engine, input_len: np.ndarray,
+                     output_len: np.ndarray) -> IterationTable:
+        """The table of an instance serving these requests: contexts up to the longest, prompts of
+        their mean length, decodes and tokens up to the instance's limits."""
+        dp = int(np.ravel(lay.attention_dp)[0])
+        return cls(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)), float(np.mean(input_len)),
+                   *engine.instance_limits(dp))
+
     def _axis(self, lo: float, hi: float) -> np.ndarray:
         return np.concatenate([[0.0], np.geomspace(lo, hi, self.POINTS)])
 
@@ -182,9 +191,11 @@ def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
 def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
              arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, *, instances: int = 1,
              prefix_hit: float | np.ndarray = 0.0, seed: int = 0, warmup_frac: float = 0.1,
-             load_s: np.ndarray | None = None) -> SimResult:
+             load_s: np.ndarray | None = None, table: IterationTable | None = None) -> SimResult:
     """Simulate ``instances`` identical instances serving the given requests; ``prefix_hit`` and
-    ``load_s`` (seconds to load its hits from slower KV tiers) may be given per request."""
+    ``load_s`` (seconds to load its hits from slower KV tiers) may be given per request. ``table``:
+    ``IterationTable.for_requests`` of the same instance and lengths, for a caller that simulates
+    them again and again (built here otherwise)."""
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
     tps = request_tokens_per_step(engine, len(arrival_s), seed)
@@ -195,9 +206,8 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
             f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV cache but the "
             f"instance has {max(free, 0) / 1e9:.2f} GB free after weights; use more devices per instance, fp8 "
             f"weights or KV, or cap the request length")
-    dp = int(np.ravel(lay.attention_dp)[0])
-    table = IterationTable(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)),
-                           float(np.mean(input_len)), *engine.instance_limits(dp))
+    if table is None:
+        table = IterationTable.for_requests(model, hw, lay, dtypes, engine, input_len, output_len)
     devices = int(np.ravel(lay.devices)[0])
     ttft = np.full(len(arrival_s), np.nan)
     done = np.full(len(arrival_s), np.nan)
@@ -511,8 +521,7 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
                               f"cache but a token instance has {max(free_kv, 0) / 1e9:.2f} GB free")
     dp = int(np.ravel(tlay.attention_dp)[0])
-    table = IterationTable(model, thw, tlay, dtypes, engine, float(longest), float(np.mean(input_len)),
-                           *engine.instance_limits(dp))
+    table = IterationTable.for_requests(model, thw, tlay, dtypes, engine, input_len, output_len)
     by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)
     tps = request_tokens_per_step(engine, len(arrival_s), seed)
     done = np.full(len(arrival_s), np.nan)

@@ -247,6 +247,5 @@ def _table(model, m: Machine, dtypes, engine, input_len, output_len):
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
                               f"cache but a {m.hw.name} instance has {max(free_kv, 0) / 1e9:.2f} GB free")
     dp = int(np.ravel(m.lay.attention_dp)[0])
-    table = IterationTable(model, m.hw, m.lay, dtypes, engine, float(longest), float(np.mean(input_len)),
-                           *engine.instance_limits(dp))
+    table = IterationTable.for_requests(model, m.hw, m.lay, dtypes, engine, input_len, output_len)
     return table, free_kv, per_tok, state, dp
