@@ -74,6 +74,24 @@ def test_expert_weights_per_device_under_ep_by_hand():
     assert float(experts.params) == pytest.approx(256 / 32 * 3 * 7168 * 2048)
 
 
+
+def test_expert_activation_bytes_under_expert_tp_by_hand():
+    # Mixtral 8x7B, 512 prompt tokens, TP4 experts (ep 1): every rank holds all 8 experts at a
+    # quarter of the intermediate width, so it takes all T k = 1024 routed copies - reads each
+    # hidden vector and writes a partial hidden-size output (2 h), and writes/reads its 3 I / 4
+    # intermediate slice - and permutes all of them (read + write, into and out of expert order).
+    # FLOPs are the layer's over 4. Under EP4 (tp 4, ep 4) a rank takes only its T k / 4 copies.
+    m = planner.model("mixtral-8x7b")
+    T, h, inter, k, ab = 512, 4096, 14336, 2, 2
+    tp = next(o for o in layer_ops(m, Layout.of(4, 1, 1), Step.of(1, T, 0), BF16) if o.name == "experts")
+    assert float(tp.act_bytes) == pytest.approx(T * k * (2 * h + 3 * inter / 4) * ab)
+    assert float(tp.flops) == pytest.approx(2 * T * k * 3 * h * inter / 4)
+    ops = layer_ops(m, Layout.of(4, 4, 1), Step.of(1, T, 0), BF16)
+    ep = next(o for o in ops if o.name == "experts")
+    assert float(ep.act_bytes) == pytest.approx(T * k / 4 * (2 * h + 3 * inter) * ab)
+    permute = next(o for o in layer_ops(m, Layout.of(4, 1, 1), Step.of(1, T, 0), BF16) if o.name == "moe_permute")
+    assert float(permute.act_bytes) == pytest.approx(T * k * 4 * h * ab)
+
 def test_roofline_time_of_one_gemm():
     hw = planner.hardware("h100-sxm")
     M, K, N = 4096, 8192, 8192

@@ -346,7 +346,11 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     routed = scaled(c.tokens_all, k, Per(lay.stage_devices))  # expert-token assignments per device (mean)
     per_rank = np.ceil(E / lay.ep)                           # experts on the fullest EP rank
     stored = per_rank * expert_params / lay.expert_tp
-    mu = np.maximum(scaled(c.tokens_all, k, Per(lay.ep)), 1e-9)
+    # assignments each device reads and writes a full hidden vector for: an expert split
+    # tensor-parallel over expert_tp devices still takes every token routed to it on each of them
+    # (each computes its slice of the intermediate and writes a partial hidden-size output)
+    seen = scaled(c.tokens_all, k, Per(lay.ep))
+    mu = np.maximum(seen, 1e-9)
     uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
     a2a = lay.attention_dp > 1
     # an all-to-all ends when its busiest sender is done: the busiest attention replica's tokens
@@ -363,11 +367,11 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
                       draws=draws, group=lay.ep, imbalance=uneven))
     # tokens are permuted into expert order before the grouped GEMM and un-permuted and summed
     # with their gate weights after it: each routed copy of a hidden vector is read and written twice
-    ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=scaled(routed, 4.0, h, ab), group=lay.ep,
+    ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=scaled(seen, 4.0, h, ab), group=lay.ep,
                   imbalance=uneven))
     ops.append(Op("experts", OpKind.gemm, n, flops=scaled(routed, 2.0, expert_params),
                   weight_bytes=scaled(hit, stored, c.dt.weight.bytes),       # stored x hit x bytes
-                  act_bytes=scaled(routed, 2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp, ab),
+                  act_bytes=scaled(seen, 2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp, ab),
                   params=stored, group=lay.ep, imbalance=uneven, grouped=True))
     if moe.num_shared_experts:
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
