@@ -195,3 +195,29 @@ def test_sglang_limits_count_the_whole_instance_under_dp_attention(simulator):
     assert len(np.unique(np.round(runs[0].ttft_s, 9))) == 1          # one iteration prefills all 16
     assert len(np.unique(np.round(runs[1].ttft_s, 9))) == 4          # four prompts per iteration
     assert runs[1].ttft_s.max() >= runs[0].ttft_s.max()     # four iterations re-read the weights four times
+
+
+def test_an_engines_int8_path_is_held_to_its_measured_multiple_of_bf16(tmp_path):
+    """sglang-ascend's W8A8 GEMMs run at the BF16 GEMM rate (gemm_speedup_over_bf16 int8 = 1.0):
+    on a 910C die the INT8 plateau becomes 0.85 x 0.5 (BF16 plateau x the engine's GEMM scale) x
+    707.8 / 1504 (BF16 over INT8 peak); a cap above the profile's own plateau changes nothing,
+    and a format the chip has no matrix rate for is left alone. A bad key is a located error."""
+    from planner.catalog.dtypes import DType
+    from planner.catalog.frameworks import framework, load_framework_file
+    from planner.errors import InputError
+
+    eff = with_framework(hardware("ascend-910c"), "sglang-ascend").efficiency
+    assert eff.gemm_plateau(DType.int8) == pytest.approx(0.85 * 0.6 * 707.8 / 1504)
+    assert eff.gemm_plateau(DType.bf16) == pytest.approx(0.85 * 0.6)
+    # CloudMatrix-Infer's own INT8 kernels keep the profile's 0.78 (cm384_paper)
+    assert with_framework(hardware("ascend-910c"), "cloudmatrix-infer").efficiency.gemm_plateau(DType.int8) == 0.78
+    fig = {"value": 3.0, "source": "test"}
+    loose = framework("sglang-ascend").model_copy(update={"gemm_speedup_over_bf16": {DType.int8: fig, DType.fp8: fig}})
+    loose = loose.model_validate(loose.model_dump())
+    loose_eff = with_framework(hardware("ascend-910c"), loose).efficiency
+    assert loose_eff.gemm_plateau(DType.int8) == pytest.approx(0.78 * 0.6)
+    assert DType.fp8 not in loose_eff.gemm_by_format
+    bad = tmp_path / "fw.yaml"
+    bad.write_text("description: x\ngemm_speedup_over_bf16:\n  int9: {value: 1.0, source: me}\n")
+    with pytest.raises(InputError, match=r"fw\.yaml:3.*gemm_speedup_over_bf16"):
+        load_framework_file(bad)

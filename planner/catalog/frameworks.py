@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import ValidationError, field_validator
 
+from planner.catalog.dtypes import DType
 from planner.catalog.hardware import Figure, Fraction, HardwareProfile, MemoryPolicy, Seconds
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
@@ -56,6 +57,10 @@ class Framework(Frozen):
     # older engine runs an older kernel: 2023 vLLM has no FlashAttention-3 on H100)
     attention_prefill: dict[str, Fraction] = {}
     memory_scale: Figure | None = None
+    # a quantized format's GEMM throughput on this engine's path (activation quantization + GEMM +
+    # dequantization) relative to the same GEMM in BF16: caps the profile's plateau of that format,
+    # which describes the matrix unit's rate (2x BF16 for INT8 on an Ascend cube)
+    gemm_speedup_over_bf16: dict[DType, Figure] = {}
     link_scale: Figure | None = None
     memory_policy: MemoryPolicy | None = None
     moe_imbalance: Figure | None = None        # max/mean expert load from routing skew (EPLB or not)
@@ -89,6 +94,21 @@ class Framework(Frozen):
             knobs["dp_balance"] = self.dp_balance.value
         return Engine(**knobs)
 
+    def _capped_formats(self, hw: HardwareProfile, eff) -> dict[DType, Fraction]:
+        """``eff``'s per-format GEMM plateaus with each format of ``gemm_speedup_over_bf16`` held to
+        at most that multiple of the BF16 plateau's FLOP/s (formats the chip has no matrix rate for
+        are left alone: they run in BF16)."""
+        out = dict(eff.gemm_by_format)
+        bf16_rate = eff.gemm_plateau(DType.bf16) * hw.peak_flops_per_s(DType.bf16)
+        for fmt, speedup in self.gemm_speedup_over_bf16.items():
+            if fmt not in hw.peak_flops or fmt is DType.bf16:
+                continue
+            cap = bf16_rate * speedup.value / hw.peak_flops[fmt].value
+            if cap < eff.gemm_plateau(fmt):
+                out[fmt] = Fraction(value=cap, source=speedup.source,
+                                    note=f"{speedup.value:g} x the BF16 GEMM rate on this engine's {fmt.value} path")
+        return out
+
     def apply(self, hw: HardwareProfile) -> HardwareProfile:
         """``hw`` as this engine generation sees it (the profile itself is not changed)."""
         def scaled(base: Fraction, scale: Figure) -> Fraction:
@@ -115,6 +135,8 @@ class Framework(Frozen):
                 update[field] = scaled(getattr(eff, field), scale)
         if self.gemm_scale is not None and eff.gemm_by_format:
             update["gemm_by_format"] = {f: scaled(v, self.gemm_scale) for f, v in eff.gemm_by_format.items()}
+        if self.gemm_speedup_over_bf16:
+            update["gemm_by_format"] = self._capped_formats(hw, eff.model_copy(update=update))
         if self.ring_hop_latency is not None:
             hw = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(
                 update={"ring_hop_latency": self.ring_hop_latency})})
