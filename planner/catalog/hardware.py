@@ -264,6 +264,11 @@ class Efficiency(Frozen):
                                    note="max/mean expert load from routing skew; set by a framework")
     grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
                                       note="MoE grouped GEMMs reach this fraction of the dense plateau")
+    # fraction of the BF16 peak (FLOPs as ops.py counts them) that the linear-attention core
+    # (Gated DeltaNet / KDA chunk_gated_delta_rule) reaches: sequential chunks, small per-head
+    # matmuls and triangular solves keep it far below the GEMM plateau
+    linear_attention: Fraction = Fraction(
+        value=0.11, source="gdn_fla_h100", note="default: FLA's Triton kernel on H100 (the portable one engines ship)")
     fp8_dispatch: bool = False       # EP dispatch sent in FP8 (DeepEP-class), combine in BF16
     overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
     comm_compute_share: Fraction = Fraction(

@@ -161,6 +161,7 @@ class Op:
     draws: float = 0.0                        # EP all-to-all: scale-up domains a token may target
     imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
     grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
+    linear: bool = False                      # linear-attention core (chunked delta rule / recurrent update)
 
     @property
     def mem_bytes(self):
@@ -307,7 +308,7 @@ def _linear_attention(c: _Ctx, n: int) -> list[Op]:
         c.gemm("linear_in_proj", n, h, proj_n + gate / h, weight_params=h * proj_n + gate),
         Op("linear_attention", OpKind.attention, n, flops=c.tokens * flops_tok,
            act_bytes=c.tokens * (qkv + nv * dv) * c.dt.act.bytes,
-           kv_bytes=2 * c.b_loc * state_bytes),
+           kv_bytes=2 * c.b_loc * state_bytes, linear=True),
         c.gemm("linear_out_proj", n, nv * dv, h),
         c.all_reduce("attn_all_reduce", n),
     ]
@@ -500,7 +501,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
                       act_bytes=add(x.act_bytes, y.act_bytes), kv_bytes=add(x.kv_bytes, y.kv_bytes),
                       comm_bytes=add(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
                       remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
-                      imbalance=combined[pair], grouped=x.grouped))
+                      imbalance=combined[pair], grouped=x.grouped, linear=x.linear))
     return out
 
 

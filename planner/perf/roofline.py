@@ -202,7 +202,10 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         grouped = eff.grouped_gemm.value if op.grouped else 1.0
         by_format = eff.memory_by_format.get(dtypes.weight) if op.kind is OpKind.gemm else None
         stream = (by_format or eff.memory).value
-        denom = peak * eff.gemm_plateau(fmt) * grouped
+        # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
+        # (whatever the KV format)
+        denom = hw.peak_flops_per_s(DType.bf16) * eff.linear_attention.value if op.linear \
+            else peak * eff.gemm_plateau(fmt) * grouped
         compute = flops / denom if _ones(load, flops.shape) else in_place(np.divide, flops * load, denom)  # x * 1 = x
         per_byte = bw * eff.memory.value
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
@@ -281,6 +284,9 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
     fixed = f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    if bound == "compute" and op.linear:
+        return ideal, f"chunked linear attention {eff.linear_attention.value:.1%} of peak + {fixed}", \
+            eff.linear_attention.source
     if bound == "compute":
         plateau = eff.gemm_by_format.get(fmt) or eff.gemm
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
