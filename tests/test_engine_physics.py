@@ -212,8 +212,8 @@ def test_an_engines_int8_path_is_held_to_its_measured_multiple_of_bf16(tmp_path)
     # CloudMatrix-Infer's own INT8 kernels keep the profile's 0.78 (cm384_paper)
     assert with_framework(hardware("ascend-910c"), "cloudmatrix-infer").efficiency.gemm_plateau(DType.int8) == 0.78
     fig = {"value": 3.0, "source": "test"}
-    loose = framework("sglang-ascend").model_copy(update={"gemm_speedup_over_bf16": {DType.int8: fig, DType.fp8: fig}})
-    loose = loose.model_validate(loose.model_dump())
+    loose = type(framework("sglang-ascend")).model_validate(
+        {**framework("sglang-ascend").model_dump(), "gemm_speedup_over_bf16": {"int8": fig, "fp8": fig}})
     loose_eff = with_framework(hardware("ascend-910c"), loose).efficiency
     assert loose_eff.gemm_plateau(DType.int8) == pytest.approx(0.78 * 0.6)
     assert DType.fp8 not in loose_eff.gemm_by_format
