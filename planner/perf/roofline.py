@@ -340,7 +340,7 @@ def _inputs_of(hw: HardwareProfile, op: Op) -> tuple:
     all, so an id is not reused while the key is in use; ``params`` is not read, and only makes
     the key finer). The name counts only where it chooses the dispatch format."""
     fmt = hw.efficiency.fp8_dispatch and op.kind is OpKind.all_to_all and op.name.endswith("dispatch")
-    return (op.kind, op.count, op.grouped, op.draws, fmt, *(id(getattr(op, f)) for f in OP_ARRAY_FIELDS))
+    return (op.kind, op.count, op.grouped, op.linear, op.draws, fmt, *(id(getattr(op, f)) for f in OP_ARRAY_FIELDS))
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:
