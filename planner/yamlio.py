@@ -174,8 +174,8 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
         msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
     elif e["type"] == "missing":
         msg = "required field is missing"
-    elif "input" in e and not isinstance(e["input"], (dict, list)):
-        msg = f"{msg}, got {e['input']!r}"
+    elif "input" in e and not isinstance(e["input"], (dict, list)) and ", got " not in msg:
+        msg = f"{msg}, got {e['input']!r}"      # (a validator's own message may already say it)
     where = f"{path}:{line}" if line else (f"{path} --set" if line == 0 else str(path))
     return InputError(f"{where} {field}: {msg}")
 

@@ -244,3 +244,14 @@ def test_a_linear_attention_prefill_runs_at_its_kernels_measured_rate():
     h100 = op_time(hardware("h100-sxm"), op, DTypes())
     assert float(h100.compute_s) == pytest.approx(0.553e-3, rel=0.02)
     assert float(np.asarray(h100.compute_s)) > float(np.asarray(h100.memory_s))   # compute-bound at this length
+
+
+def test_a_bad_figure_in_a_framework_file_says_what_it_got_once(tmp_path):
+    from planner.catalog.frameworks import load_framework_file
+    from planner.errors import InputError
+
+    bad = tmp_path / "fw.yaml"
+    bad.write_text("description: x\nmemory_scale: {value: -1, source: me}\n")
+    with pytest.raises(InputError) as e:
+        load_framework_file(bad)
+    assert str(e.value).endswith("fw.yaml:2 memory_scale.value: must be a finite number > 0, got -1.0")
