@@ -255,3 +255,35 @@ def test_a_bad_figure_in_a_framework_file_says_what_it_got_once(tmp_path):
     with pytest.raises(InputError) as e:
         load_framework_file(bad)
     assert str(e.value).endswith("fw.yaml:2 memory_scale.value: must be a finite number > 0, got -1.0")
+
+
+def test_prompt_steps_run_the_engines_throughput_all_to_all_kernels():
+    """sglang-ascend's DeepEP-Ascend normal kernels (prompt steps) reach 0.54 of a 910C die's 196
+    GB/s UB link at EP16 (sgl-kernel-npu README: 107 / 103 GB/s), 0.69 at EP8, interpolated in log
+    ranks between; decode steps keep the link's 0.70. A combine of 100 MB at EP16 with routing skew
+    1.2: 15/16 x 100 MB x 1.2 / (196 GB/s x 0.54) + 70 us. A step's MoE all-to-alls carry the flag
+    only where it has prompt tokens; merged with a decode step, the prompt's kernels run (SGLang's
+    auto mode: any extending rank switches the whole forward)."""
+    from planner.perf.comm import ep_bulk_efficiency
+    from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops, merge_ops
+    from planner.perf.parallel import Layout
+    from planner.perf.roofline import op_time
+
+    die = with_framework(hardware("ascend-910c"), "sglang-ascend").per_die()
+    assert die.scale_up.bandwidth_per_direction.value == pytest.approx(196e9)
+    assert ep_bulk_efficiency(die, 24) == pytest.approx(0.54 + (0.50 - 0.54) * np.log2(24 / 16))
+    assert ep_bulk_efficiency(die, 4) == 0.69 and ep_bulk_efficiency(die, 384) == 0.35   # held at the ends
+    payload = 100e6
+    for bulk, eff in ((1.0, 0.54), (0.0, 0.70)):
+        op = Op("ep_combine", OpKind.all_to_all, 1, comm_bytes=payload, group=16, bulk=bulk)
+        want = 15 / 16 * payload * 1.2 / (196e9 * eff) + 70e-6
+        assert float(op_time(die, op, DTypes()).comm_s) == pytest.approx(want)
+    m = planner.model("deepseek-v3")
+    lay = Layout.of(1, 16, 1)
+    pre = layer_ops(m, lay, Step.of(16, [512.0, 0.0], 0.0, prompt=True), DTypes())
+    dec = layer_ops(m, lay, Step.of(16, 1.0, 512.0), DTypes())
+    flag = {o.name: o.bulk for o in pre if o.kind is OpKind.all_to_all}
+    assert list(flag["ep_dispatch"]) == [1.0, 0.0]                  # no prompt tokens, no prompt kernels
+    assert all(o.bulk == 0.0 for o in dec if o.kind is OpKind.all_to_all)
+    mixed = {o.name: o.bulk for o in merge_ops(dec, pre) if o.kind is OpKind.all_to_all}
+    assert list(mixed["ep_combine"]) == [1.0, 0.0]

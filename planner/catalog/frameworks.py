@@ -62,6 +62,8 @@ class Framework(Frozen):
     # which describes the matrix unit's rate (2x BF16 for INT8 on an Ascend cube)
     gemm_speedup_over_bf16: dict[DType, Figure] = {}
     link_scale: Figure | None = None
+    # its EP all-to-all kernels for prompt steps (DeepEP normal mode), by EP ranks: Efficiency.ep_bulk
+    ep_bulk: dict[int, Fraction] = {}
     memory_policy: MemoryPolicy | None = None
     moe_imbalance: Figure | None = None        # max/mean expert load from routing skew (EPLB or not)
     fp8_dispatch: Switch | None = None
@@ -120,6 +122,8 @@ class Framework(Frozen):
         for field in ("step_overhead", "sequence_overhead", "request_overhead", "moe_imbalance"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field)
+        if self.ep_bulk:
+            update["ep_bulk"] = self.ep_bulk
         for field in ("fp8_dispatch", "overlap_moe_comm"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value

@@ -269,6 +269,10 @@ class Efficiency(Frozen):
     # matmuls and triangular solves keep it far below the GEMM plateau
     linear_attention: Fraction = Fraction(
         value=0.11, source="gdn_fla_h100", note="default: FLA's Triton kernel on H100 (the portable one engines ship)")
+    # EP dispatch/combine of steps that carry prompt tokens, where the engine runs throughput
+    # kernels for them (DeepEP normal mode): fraction of the scale-up link by EP ranks (dies),
+    # interpolated in log ranks and held at the ends; empty: the link efficiency, as decode
+    ep_bulk: dict[int, Fraction] = {}
     fp8_dispatch: bool = False       # EP dispatch sent in FP8 (DeepEP-class), combine in BF16
     overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
     comm_compute_share: Fraction = Fraction(

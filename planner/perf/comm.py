@@ -142,7 +142,20 @@ def measured_busbw(path: Path, payload_bytes) -> np.ndarray:
 
 
 
-def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, group) -> np.ndarray:
+def ep_bulk_efficiency(hw: HardwareProfile, group) -> np.ndarray:
+    """The scale-up link fraction an EP all-to-all of a prompt step reaches over ``group`` ranks on
+    an engine with throughput kernels for them (``Efficiency.ep_bulk``, interpolated in log ranks,
+    held at the measured ends); the link's own efficiency where none is given."""
+    curve = hw.efficiency.ep_bulk
+    if not curve:
+        return np.asarray(hw.efficiency.scale_up.value)
+    ranks = sorted(curve)
+    return np.interp(np.log2(np.maximum(np.asarray(group, dtype=float), 1.0)), np.log2(ranks),
+                     [curve[r].value for r in ranks])
+
+
+def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, group,
+                       up_efficiency=None) -> np.ndarray:
     """One EP dispatch or combine, DeepEP-style (hierarchical). ``intra_bytes`` = what a device
     sends (its tokens times their ``k`` expert copies), ``token_bytes`` = its tokens once,
     ``draws`` = domains a token may target (``k``, or the node limit of group-limited routing).
@@ -154,10 +167,12 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     stages pipeline, so the slower one bounds the transfer; the fixed cost is the kernel's latency
     plus the network's (``all_to_all_latency``). A row with nothing to send (a layout
     without attention data parallelism, evaluated in the same array as one with it) costs
-    nothing. ``token_bytes`` may be a function giving them, called only if a group spans domains."""
+    nothing. ``token_bytes`` may be a function giving them, called only if a group spans domains.
+    ``up_efficiency``: the scale-up link fraction the kernels reach (default the link's)."""
     group = np.asarray(group, dtype=float)
     dom = float(hw.domain_size)
-    up_bw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value
+    up_bw = hw.scale_up.bandwidth_per_direction.value * (
+        hw.efficiency.scale_up.value if up_efficiency is None else up_efficiency)
     out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
     intra = np.asarray(intra_bytes, dtype=float)
     moved = in_place(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw)

@@ -55,7 +55,7 @@ def rank_step(prompt_tokens, cp, batch=1) -> Step:
     ``S (cp - 1) / (2 cp)`` cached ones (the same query-key pairs as its load-balanced share of
     the causal prompt)."""
     s, k = np.asarray(prompt_tokens, float), np.asarray(cp, float)
-    return Step.of(batch, s / k, s * (k - 1) / (2 * k))
+    return Step.of(batch, s / k, s * (k - 1) / (2 * k), prompt=True)
 
 
 def cp_prefill(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, prompt_tokens,

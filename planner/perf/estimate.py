@@ -92,7 +92,7 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     pp = lay.pp
     # prefill: all prompts in one step (pp == 1) or streamed one prompt per micro-batch
     mb = np.where(pp > 1, 1.0, batch)
-    pre = step_time(model, hw, lay, Step.of(mb, input_len, 0.0), dtypes)
+    pre = step_time(model, hw, lay, Step.of(mb, input_len, 0.0, prompt=True), dtypes)
     fill = np.where(pp > 1, (batch + pp - 1) / pp, 1.0)
     ttft = (pre.layers_s * fill + pre.overhead_s + (pp - 1) * _pipeline_p2p(hw, model, lay, input_len, dtypes)
             + hw.efficiency.request_overhead.value)
@@ -119,7 +119,7 @@ def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, 
     table, k = table_for(hw.name), spec.draft_tokens
 
     def roof_pre(b, t):
-        return step_time(model, hw, lay, Step.of(b, t, 0.0), dtypes).total_s
+        return step_time(model, hw, lay, Step.of(b, t, 0.0, prompt=True), dtypes).total_s
 
     def roof_dec(n, ctx):
         ops = (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes)

@@ -126,20 +126,23 @@ class Step:
     # sequences on the busiest attention data-parallel replica over the mean (>= 1; 1: balanced):
     # every MoE layer's all-to-all waits for that replica's attention and its dispatch
     dp_skew: np.ndarray | float = 1.0
+    # the new tokens are prompt tokens (a prefill or prefill chunk), not decode or draft-verify
+    # tokens: an engine that switches EP kernels by phase (DeepEP auto) runs its throughput ones
+    prompt: bool = False
 
     @classmethod
-    def of(cls, batch, q_len, ctx) -> Step:
+    def of(cls, batch, q_len, ctx, prompt: bool = False) -> Step:
         b, q, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)))
         for x in (b, q, c):     # broadcast views share memory: never written, and said so (numpy
             x.flags.writeable = False   # warns when a reader asks whether they are writeable)
-        return cls(b, q, c)
+        return cls(b, q, c, prompt=prompt)
 
     @classmethod
-    def lean(cls, batch, q_len, ctx, dp_skew=1.0) -> Step:
+    def lean(cls, batch, q_len, ctx, dp_skew=1.0, prompt: bool = False) -> Step:
         """Like ``of`` without broadcasting the three to one shape: a scalar prompt length or
         context stays a scalar, so what depends on it alone is computed once, not per load point
         (the same values; only the operators' array shapes are smaller)."""
-        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)), dp_skew=dp_skew)
+        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)), dp_skew=dp_skew, prompt=prompt)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,7 @@ class Op:
     imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
     grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
     linear: bool = False                      # linear-attention core (chunked delta rule / recurrent update)
+    bulk: np.ndarray | float = 0.0            # EP all-to-all: 1 where the step carries prompt tokens
 
     @property
     def mem_bytes(self):
@@ -362,10 +366,11 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
     draws = float(min(k, moe.groups_per_token) if limited else k)
     once = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), h, ab))
+    bulk = np.where(np.asarray(c.tokens_all) > 0, 1.0, 0.0) if c.step.prompt else 0.0
     ops = [c.gemm("router", n, h, E)]
     if np.any(a2a):
         ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
-                      draws=draws, group=lay.ep, imbalance=uneven))
+                      draws=draws, group=lay.ep, imbalance=uneven, bulk=bulk))
     # tokens are permuted into expert order before the grouped GEMM and un-permuted and summed
     # with their gate weights after it: each routed copy of a hidden vector is read and written twice
     ops.append(Op("moe_permute", OpKind.elementwise, n, act_bytes=scaled(seen, 4.0, h, ab), group=lay.ep,
@@ -380,7 +385,7 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
         ops.append(c.gemm("shared_expert_down", n, width, h))
     if np.any(a2a):
         ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
-                      draws=draws, group=lay.ep, imbalance=uneven))
+                      draws=draws, group=lay.ep, imbalance=uneven, bulk=bulk))
     ops.append(c.all_reduce("ffn_all_reduce", n))
     return ops
 
@@ -501,12 +506,13 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
                       act_bytes=add(x.act_bytes, y.act_bytes), kv_bytes=add(x.kv_bytes, y.kv_bytes),
                       comm_bytes=add(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
                       remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
-                      imbalance=combined[pair], grouped=x.grouped, linear=x.linear))
+                      imbalance=combined[pair], grouped=x.grouped, linear=x.linear,
+                      bulk=y.bulk if scalar_zero(x.bulk) else np.maximum(x.bulk, y.bulk)))
     return out
 
 
 OP_ARRAY_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "params", "keys",
-              "remote_bytes", "imbalance")
+              "remote_bytes", "imbalance", "bulk")
 
 
 def _add_into(x, y):

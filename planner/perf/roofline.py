@@ -26,6 +26,7 @@ from planner.perf.comm import (
     all_to_all_latency,
     collective_time,
     ep_all_to_all_time,
+    ep_bulk_efficiency,
     link_of,
     measured_busbw,
 )
@@ -261,6 +262,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
         link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
         extra = (", FP8 dispatch" if eff.fp8_dispatch and op.name.endswith("dispatch") else "")
         fig = eff.scale_up if link == "scale-up" else eff.scale_out
+        if op.kind is OpKind.all_to_all and eff.ep_bulk and float(np.ravel(np.asarray(op.bulk))[0]) > 0:
+            f = float(np.ravel(ep_bulk_efficiency(hw, op.group))[0])
+            return ideal, f"prompt-step kernels: scale-up link x {f:.2f} + latency" + extra, \
+                next(iter(eff.ep_bulk.values())).source
         if op.kind is OpKind.all_reduce:
             size, group = float(np.ravel(op.comm_bytes)[0]), float(np.ravel(g)[0])
             form = all_reduce_form(hw, size, group)
@@ -303,9 +308,12 @@ def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> np.ndarray:
         load = load if skew == 1.0 else load * skew                  # x * 1 = x: not multiplied
         fmt = (1 + 4 / 128) / dtypes.act.bytes if (hw.efficiency.fp8_dispatch and op.name.endswith("dispatch")) else 1.0
         scale = load if fmt == 1.0 else load * fmt
+        # a prompt step's transfer on the engine's throughput kernels, where it has them
+        up = None if not hw.efficiency.ep_bulk or _zero(op.bulk) else \
+            np.where(np.asarray(op.bulk) > 0, ep_bulk_efficiency(hw, op.group), hw.efficiency.scale_up.value)
         # the tokens-once bytes matter only to groups that span domains: computed only for those
         return ep_all_to_all_time(hw, np.asarray(op.comm_bytes) * scale, lambda: np.asarray(op.remote_bytes) * scale,
-                                  op.draws, op.group)
+                                  op.draws, op.group, up)
     return collective_time(hw, op.kind.value, op.comm_bytes, op.group)
 
 

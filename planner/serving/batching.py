@@ -155,7 +155,7 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     n = np.asarray(n_decode, float) / pp
     dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
-                                          prompt_len, 0.0), dtypes)
+                                          prompt_len, 0.0, prompt=True), dtypes)
     draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k)
     # the prefill operators are temporaries of this call: sums may be written into their arrays
     ops = merge_ops(dec, pre, consume_b=True) + draft

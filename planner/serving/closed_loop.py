@@ -131,7 +131,7 @@ def _bounds_at(m: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes, decode_ba
     takes more machine time per request (a prefill vs ``output_len - 1`` decode steps shared by
     the batch)."""
     b = max(1.0, round(decode_batch))
-    pre = step_time(m, hw, lay, Step.of(1.0, float(input_len), 0.0), dtypes)
+    pre = step_time(m, hw, lay, Step.of(1.0, float(input_len), 0.0, prompt=True), dtypes)
     dec = step_time(m, hw, lay, Step.of(b, 1.0, input_len + 0.5 * (output_len - 1)), dtypes)
     per_request_decode_s = float(np.ravel(dec.total_s)[0]) * (output_len - 1) / b
     return phase_bounds(pre, dec, float(np.ravel(pre.total_s)[0]), per_request_decode_s)
