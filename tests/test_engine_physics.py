@@ -287,3 +287,13 @@ def test_prompt_steps_run_the_engines_throughput_all_to_all_kernels():
     assert all(o.bulk == 0.0 for o in dec if o.kind is OpKind.all_to_all)
     mixed = {o.name: o.bulk for o in merge_ops(dec, pre) if o.kind is OpKind.all_to_all}
     assert list(mixed["ep_combine"]) == [1.0, 0.0]
+
+
+def test_an_ep_bulk_curve_names_real_group_sizes(tmp_path):
+    from planner.catalog.frameworks import load_framework_file
+    from planner.errors import InputError
+
+    bad = tmp_path / "fw.yaml"
+    bad.write_text("description: x\nep_bulk:\n  0: {value: 0.5, source: me}\n")
+    with pytest.raises(InputError, match=r"fw\.yaml:2 ep_bulk: EP ranks must be >= 2.*got 0"):
+        load_framework_file(bad)

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import ValidationError, field_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import Figure, Fraction, HardwareProfile, MemoryPolicy, Seconds
+from planner.catalog.hardware import Figure, Fraction, HardwareProfile, MemoryPolicy, Seconds, ep_ranks_checked
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
@@ -73,6 +73,11 @@ class Framework(Frozen):
     limits_scope: LimitsScope | None = None   # engine limits per attention-DP replica or for the instance
     dp_balance: DpBalance | None = None       # how requests are placed on attention-DP replicas
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
+
+    @field_validator("ep_bulk")
+    @classmethod
+    def _ep_ranks(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
+        return ep_ranks_checked(v)
 
     @field_validator("moe_imbalance")
     @classmethod

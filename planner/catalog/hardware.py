@@ -240,6 +240,14 @@ class MemoryPolicy(Frozen):
     fraction: Fraction
 
 
+def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:
+    """An ``ep_bulk`` curve's keys are EP group sizes: an all-to-all spans at least 2 ranks."""
+    bad = [r for r in curve if r < 2]
+    if bad:
+        raise ValueError(f"EP ranks must be >= 2 (an all-to-all spans at least two), got {bad[0]}")
+    return curve
+
+
 class Efficiency(Frozen):
     """Achievable fractions of peak, each from a public microbenchmark (see its source)."""
 
@@ -277,6 +285,11 @@ class Efficiency(Frozen):
     overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
     comm_compute_share: Fraction = Fraction(
         value=0.18, source="deepep_sms", note="compute units the EP all-to-all kernels occupy while overlapped")
+
+    @field_validator("ep_bulk")
+    @classmethod
+    def _ep_ranks(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
+        return ep_ranks_checked(v)
 
     def gemm_plateau(self, fmt: DType) -> float:
         """Achievable fraction of peak of large GEMMs in ``fmt`` (the format-specific
