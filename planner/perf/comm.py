@@ -144,11 +144,9 @@ def measured_busbw(path: Path, payload_bytes) -> np.ndarray:
 
 def ep_bulk_efficiency(hw: HardwareProfile, group) -> np.ndarray:
     """The scale-up link fraction an EP all-to-all of a prompt step reaches over ``group`` ranks on
-    an engine with throughput kernels for them (``Efficiency.ep_bulk``, interpolated in log ranks,
-    held at the measured ends); the link's own efficiency where none is given."""
+    an engine with throughput kernels for them (``Efficiency.ep_bulk``, which the callers check is
+    given; interpolated in log ranks, held at the measured ends)."""
     curve = hw.efficiency.ep_bulk
-    if not curve:
-        return np.asarray(hw.efficiency.scale_up.value)
     ranks = sorted(curve)
     return np.interp(np.log2(np.maximum(np.asarray(group, dtype=float), 1.0)), np.log2(ranks),
                      [curve[r].value for r in ranks])

@@ -366,9 +366,10 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
     draws = float(min(k, moe.groups_per_token) if limited else k)
     once = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), h, ab))
-    bulk = np.where(np.asarray(c.tokens_all) > 0, 1.0, 0.0) if c.step.prompt else 0.0
     ops = [c.gemm("router", n, h, E)]
+    bulk = 0.0                  # (an all-to-all of a step with prompt tokens: 1 where it has them)
     if np.any(a2a):
+        bulk = np.where(np.asarray(c.tokens_all) > 0, 1.0, 0.0) if c.step.prompt else 0.0
         ops.append(Op("ep_dispatch", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
                       draws=draws, group=lay.ep, imbalance=uneven, bulk=bulk))
     # tokens are permuted into expert order before the grouped GEMM and un-permuted and summed
