@@ -115,3 +115,79 @@ def test_prefill_first_at_the_sequence_limit_does_not_hang():
     r = simulate(m, HW, Layout.of(1, 1, 1), DTypes(), e, np.zeros(8), np.full(8, 100), np.full(8, 50), warmup_frac=0.0)
     assert np.all(np.isfinite(r.e2e_s)) and len(r.e2e_s) == 8
     assert np.sort(r.ttft_s)[4] > np.sort(r.e2e_s)[0] - 1e-9      # the fifth prompt waited for a slot
+
+
+def test_a_prompt_is_prefilled_on_its_own_replica():
+    """Attention DP over 8 replicas: one 2,000-token prompt lives on one replica, which runs all
+    2,000 tokens through its projections and sends all of them (8 times the even share); eight
+    prompts put one on each (the even share); twelve put two on the busiest (ceil(12 / 8)); a
+    replica's share of the token budget caps what it takes in one step; half a prompt (a chunk) is
+    all its replica's. The experts see every replica's tokens either way."""
+    lay = Layout.of(1, 8, 1)
+
+    def step(n, **kw):
+        return by_name(layer_ops(M, lay, Step.lean(n, 2000.0, 0.0, prompt=True, **kw), FP8))
+
+    # FLOPs of one token through the (unsharded, tp 1) QKV projection: a decode step of 8 sequences
+    # over 8 replicas is one token on each
+    per_token = float(by_name(layer_ops(M, lay, Step.lean(8.0, 1.0, 0.0), FP8))["qkv_proj"].flops)
+
+    def qkv_tokens(ops):
+        return float(ops["qkv_proj"].flops) / per_token
+
+    assert qkv_tokens(step(1.0)) == pytest.approx(2000)
+    assert qkv_tokens(step(8.0)) == pytest.approx(2000)
+    assert qkv_tokens(step(12.0)) == pytest.approx(4000)
+    assert qkv_tokens(step(12.0, replica_tokens=3000.0)) == pytest.approx(3000)
+    assert qkv_tokens(step(0.5)) == pytest.approx(1000)
+    one, even = step(1.0), step(8.0)
+    assert float(one["ep_dispatch"].comm_bytes) == pytest.approx(float(even["ep_dispatch"].comm_bytes))
+    assert float(step(1.0)["experts"].flops) * 8 == pytest.approx(float(even["experts"].flops))
+    # no replicas: a prompt step's tokens are not skewed (the TP group shares every token)
+    flat = Layout.of(8, 1, 1)
+    assert float(by_name(layer_ops(M, flat, Step.lean(1.0, 2000.0, 0.0, prompt=True), FP8))["qkv_proj"].flops) == \
+        pytest.approx(2000 * float(by_name(layer_ops(M, flat, Step.lean(1.0, 1.0, 0.0), FP8))["qkv_proj"].flops))
+
+
+@pytest.mark.parametrize("simulator", ["python", "numba"])
+def test_a_replica_takes_its_share_of_the_budget_per_iteration(simulator):
+    """SGLang divides --chunked-prefill-size over the DP ranks: with a budget of 8,192 tokens over
+    8 replicas, one 4,000-token prompt takes 4 iterations of 1,024 tokens on its replica (not one
+    of 4,000), and eight such prompts (one per replica) take the same 4 iterations side by side."""
+    pytest.importorskip("numba") if simulator == "numba" else None
+    e = Engine(max_batched_tokens=8192, limits_scope="instance", dp_balance="round_robin", simulator=simulator)
+    lay = Layout.of(1, 8, 1)
+    iters = {}
+    for n in (1, 8):
+        r = simulate(M, HW, lay, FP8, e, np.zeros(n), np.full(n, 4000), np.full(n, 1), warmup_frac=0.0)
+        iters[n] = r.iterations
+    assert iters[1] == 4 and iters[8] == 4
+
+
+def test_the_analytic_iteration_waits_for_the_busiest_replica():
+    """``queueing.serving_curve`` on attention DP: the prompt tokens of an iteration cost the
+    single-replica rate for what the busiest replica holds (chunk x P(at least one lump), Poisson
+    lumps) and the spread rate for the rest. Bounds: never more than every token at its replica's
+    rate (no overlap), never less than every token at the spread rate (perfect overlap), and at a
+    trickle (p << chunk) the linear cost."""
+    from planner.serving.queueing import load_grid, serving_curve
+    from planner.serving.workload import length_stats
+
+    w = Workload(rate=1.0, input=Fixed(value=2000), output=Fixed(value=200))
+    st = length_stats(w)
+    e = Engine(mtp_tokens=0)
+    lay = Layout.of(np.array([1]), np.array([8]), np.array([1]))
+    g = load_grid(M, HW, lay, FP8, e, st)
+    c = serving_curve(M, HW, lay, FP8, e, st, load=g)
+    p = g.n * st.mean_prefill / st.mean_output                   # prompt tokens per iteration
+    marginal = (g.t_chunk - g.t_dec) / g.chunk
+    linear, spread_only = g.t_dec + p * marginal, g.t_dec + p * g.spread
+    tpot = c.tpot["mean"]
+    assert np.all(np.isfinite(g.spread)) and np.all(g.spread < marginal)
+    assert np.all(tpot <= linear * (1 + 1e-12)) and np.all(tpot >= spread_only * (1 - 1e-12))
+    light = p < 0.01 * g.chunk
+    assert light.any() and np.allclose(tpot[light], linear[light], rtol=0.01)
+    heavy = p > 2 * g.chunk
+    assert heavy.any() and np.all(tpot[heavy] < 0.9 * linear[heavy])
+    flat = Layout.of(np.array([8]), np.array([1]), np.array([1]))   # no replicas: no spread term
+    assert np.all(np.isnan(load_grid(M, HW, flat, FP8, e, st).spread))

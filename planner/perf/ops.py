@@ -129,6 +129,10 @@ class Step:
     # the new tokens are prompt tokens (a prefill or prefill chunk), not decode or draft-verify
     # tokens: an engine that switches EP kernels by phase (DeepEP auto) runs its throughput ones
     prompt: bool = False
+    # prompt steps with attention data parallelism: the most prompt tokens one replica takes in the
+    # step (its share of the token budget: SGLang splits --chunked-prefill-size over the DP ranks);
+    # inf: a replica takes all of its prompts at once
+    replica_tokens: np.ndarray | float = np.inf
 
     @classmethod
     def of(cls, batch, q_len, ctx, prompt: bool = False) -> Step:
@@ -138,11 +142,12 @@ class Step:
         return cls(b, q, c, prompt=prompt)
 
     @classmethod
-    def lean(cls, batch, q_len, ctx, dp_skew=1.0, prompt: bool = False) -> Step:
+    def lean(cls, batch, q_len, ctx, dp_skew=1.0, prompt: bool = False, replica_tokens=np.inf) -> Step:
         """Like ``of`` without broadcasting the three to one shape: a scalar prompt length or
         context stays a scalar, so what depends on it alone is computed once, not per load point
         (the same values; only the operators' array shapes are smaller)."""
-        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)), dp_skew=dp_skew, prompt=prompt)
+        return cls(*(np.asarray(x, dtype=float) for x in (batch, q_len, ctx)), dp_skew=dp_skew, prompt=prompt,
+                   replica_tokens=replica_tokens)
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,22 @@ class Op:
         return self.weight_bytes + self.act_bytes + self.kv_bytes
 
 
+def _prompt_skew(step: Step, dp) -> np.ndarray:
+    """Busiest attention replica's prompt tokens over the mean, for a step of ``batch`` prompts of
+    ``q_len`` tokens (a fraction: one prompt's chunk) over ``dp`` replicas. With attention data
+    parallelism a request lives on one replica (SGLang's DP controller hands each to one
+    scheduler, in turn), which prefills the whole prompt while the other replicas wait for it at
+    every MoE layer's all-to-all: the busiest replica holds ``min(n, ceil(n / dp))`` of the ``n``
+    prompts, not ``n / dp`` (one prompt costs its replica all of it, ``dp`` times the even share),
+    and at most ``replica_tokens`` of them per step (a replica's share of the token budget; with a
+    deep queue every replica fills its share and the replicas are even)."""
+    n = np.asarray(step.batch, dtype=float)
+    d = np.asarray(dp, dtype=float)
+    busiest = np.minimum(np.minimum(n, np.ceil(n / d - 1e-9)) * step.q_len, step.replica_tokens)
+    mean = n * step.q_len / d
+    return np.where(mean > 0, np.maximum(busiest / np.maximum(mean, 1e-300), 1.0), 1.0)
+
+
 @dataclass
 class _Ctx:
     """Everything a layer builder needs, precomputed once per call."""
@@ -180,22 +201,28 @@ class _Ctx:
     lay: Layout
     step: Step
     dt: DTypes
-    b_loc: np.ndarray = field(init=False)     # sequences per attention replica
-    tokens: np.ndarray = field(init=False)    # new tokens per attention replica
+    b_loc: np.ndarray = field(init=False)     # sequences on the busiest attention replica
+    tokens: np.ndarray = field(init=False)    # new tokens on the busiest attention replica
     tokens_all: np.ndarray = field(init=False)
+    skew: np.ndarray | float = field(init=False)   # busiest replica's sequences over the mean (1: balanced)
     _all_reduce_bytes: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.b_loc = scaled(self.step.batch, Per(self.lay.attention_dp))
+        dp = self.lay.attention_dp
+        self.skew = self.step.dp_skew
+        if self.step.prompt and np.any(dp > 1):
+            self.skew = _prompt_skew(self.step, dp)
+        self.b_loc = scaled(self.step.batch, Per(dp))
         if self.skewed:                       # the busiest replica's sequences set the step
-            self.b_loc = self.b_loc * np.where(self.lay.attention_dp > 1, self.step.dp_skew, 1.0)
+            self.b_loc = self.b_loc * np.where(dp > 1, self.skew, 1.0)
         self.tokens = scaled(self.b_loc, self.step.q_len)
         self.tokens_all = scaled(self.step.batch, self.step.q_len)
 
     @property
     def skewed(self) -> bool:
-        """The step's attention data-parallel replicas are not balanced (``Step.dp_skew``)."""
-        s = self.step.dp_skew
+        """The step's attention data-parallel replicas are not balanced (``Step.dp_skew``, or a
+        prompt step's placement: ``_prompt_skew``)."""
+        s = self.skew
         return not (np.ndim(s) == 0 and s == 1.0)
 
     @property
@@ -359,7 +386,7 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
     a2a = lay.attention_dp > 1
     # an all-to-all ends when its busiest sender is done: the busiest attention replica's tokens
-    sent = c.tokens_all * c.step.dp_skew if c.skewed else c.tokens_all
+    sent = c.tokens_all * c.skew if c.skewed else c.tokens_all
     dispatch = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), k, h, ab))
     # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
     # expert groups, so it crosses the scale-out network to at most that many nodes, once each

@@ -119,14 +119,15 @@ class Iteration:
 
 def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
               prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION, power: bool = True,
-              dp_skew=1.0) -> Iteration:
+              dp_skew=1.0, replica_tokens=np.inf) -> Iteration:
     """One iteration's time and power: the roofline's, or a measured step-time table's where one is
     in use for this hardware (``perf.measured``; power stays the roofline's). ``power=False``: the
     power is not computed (NaN), for callers that only need times. ``dp_skew``: decoding sequences
     on the busiest attention data-parallel replica over the mean (``Step.dp_skew``; the roofline
-    only)."""
+    only); ``replica_tokens``: the most prompt tokens one such replica takes in the iteration
+    (``Step.replica_tokens``)."""
     it = _roofline_iteration(model, hw, lay, dtypes, n_decode, decode_ctx, prefill_tokens, prompt_len, spec, power,
-                             dp_skew)
+                             dp_skew, replica_tokens)
     table = table_for(hw.name)
     if table is None:
         return it
@@ -145,7 +146,7 @@ def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
 
 def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
                         prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION,
-                        power: bool = True, dp_skew=1.0) -> Iteration:
+                        power: bool = True, dp_skew=1.0, replica_tokens=np.inf) -> Iteration:
     """One iteration of ``n_decode`` decoding sequences (mean context ``decode_ctx``) and
     ``prefill_tokens`` prompt tokens of prompts of ``prompt_len`` (arrays broadcast). With pipeline
     parallelism the batch is split in ``pp`` micro-batches that each cross every stage. With
@@ -155,7 +156,7 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     n = np.asarray(n_decode, float) / pp
     dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
-                                          prompt_len, 0.0, prompt=True), dtypes)
+                                          prompt_len, 0.0, prompt=True, replica_tokens=replica_tokens), dtypes)
     draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k)
     # the prefill operators are temporaries of this call: sums may be written into their arrays
     ops = merge_ops(dec, pre, consume_b=True) + draft

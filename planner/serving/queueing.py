@@ -44,7 +44,7 @@ from planner.perf.memory import (
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 from planner.serving.batching import Engine, iteration
 from planner.serving.slo import PERCENTILES, SLO
 from planner.serving.workload import LengthStats
@@ -130,6 +130,9 @@ class LoadGrid:
     t_packed: np.ndarray
     p_dec: np.ndarray
     p_chunk: np.ndarray
+    # attention data parallelism: s per prompt token beyond one prompt's lump in an iteration (more
+    # prompts go to other replicas, which prefill them side by side); NaN without replicas
+    spread: np.ndarray | float = np.nan
 
 
 def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
@@ -160,10 +163,25 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     # chunked prefill all three carry the same decodes, so their operators are built once (axis 1
     # broadcasts) - the same values as three separate calls
     dec = busy_n[:, None, :] if engine.chunked_prefill else np.stack([busy_n, 0 * n, 0 * n], axis=1)
-    it = iteration(model, hw, L, dtypes, dec, ctx, np.stack([0 * n, chunk, packed], axis=1), Lp, spec, power)
+    # with attention data parallelism a prompt is prefilled on one replica (``Step.replica_tokens``)
+    # at most its share of the budget per iteration (SGLang: --chunked-prefill-size / dp): a lone
+    # lump is that share of one prompt, all its replica's; a packed iteration fills every share
+    ranks = on_dies(hw, L)[1].attention_dp                                   # (candidates, 1, 1)
+    per_replica = np.inf
+    if np.any(ranks > 1):
+        budget = np.reshape(np.asarray(C, float), (-1, 1, 1)) if np.ndim(C) else float(C)
+        share = np.broadcast_to(np.where(ranks > 1, np.maximum(np.floor(budget / ranks), 1.0), np.inf), ranks.shape)
+        chunk = np.minimum(chunk, share[:, 0])
+        per_replica = np.concatenate([np.full(ranks.shape, np.inf), np.full(ranks.shape, np.inf), share], axis=1)
+    it = iteration(model, hw, L, dtypes, dec, ctx, np.stack([0 * n, chunk, packed], axis=1), Lp, spec, power,
+                   replica_tokens=per_replica)
     t_dec, t_chunk, t_packed = (it.time_s[:, k] for k in range(3))
     p_dec, p_chunk = it.power_w[:, 0], it.power_w[:, 1]
-    return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk)
+    spread = np.nan
+    if np.any(ranks > 1):
+        side = (t_packed - t_dec if engine.chunked_prefill else t_packed) / packed
+        spread = np.where(np.reshape(ranks, (-1, 1)) > 1, side, np.nan)
+    return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk, spread)
 
 
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
@@ -183,11 +201,22 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     tps = engine.speculation.tokens_per_step   # tokens yielded per sequence per iteration
     p = n * tps * I / O                        # prompt tokens per iteration, on average
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
-    t_iter = t_dec + p * marginal              # mean iteration time
+    t_pre = p * marginal                       # prompt work per iteration
+    if np.any(np.isfinite(g.spread)):
+        # with attention replicas a prompt lump costs its replica all of it (``Step.replica_tokens``)
+        # and the step waits for the busiest replica: with a Poisson number of lumps per iteration
+        # (mean p / chunk) on different replicas, the busiest holds chunk x P(at least one) of the
+        # p tokens; the rest are other replicas', prefilled side by side (their expert share only)
+        busiest = chunk * -np.expm1(-p / chunk)
+        t_pre = np.where(np.isfinite(g.spread), busiest * marginal + (p - busiest) * g.spread, t_pre)
+    t_iter = t_dec + t_pre                     # mean iteration time
     tpot = t_iter if tps == 1 else t_iter / tps   # each iteration yields tps tokens per sequence (x / 1 = x)
     mu = packed / t_packed                     # prompt tokens/s while the prefill queue is busy
     if power or not np.isnan(p_dec).all():
-        power_w = (p_dec * t_dec + p_chunk * p * marginal) / t_iter
+        pre_j = p_chunk * p * marginal
+        if np.any(np.isfinite(g.spread)):
+            pre_j = np.where(np.isfinite(g.spread), p_chunk * t_pre, pre_j)
+        power_w = (p_dec * t_dec + pre_j) / t_iter
         idle = hw.power.idle.value
         power_w = idle + (power_w - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
     else:       # iteration powers not computed (NaN): so is every average of them, and it is not computed either

@@ -234,6 +234,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     decoding = np.zeros(max(ranks, 1), np.int64)   # decoding sequences per replica
     active = np.zeros(max(ranks, 1), np.int64)     # admitted (KV held), unfinished requests per replica
     per_rank = max(1, max_seqs // max(ranks, 1))   # sequences a replica admits
+    share = max(1, budget_total // ranks) if ranks > 1 else budget_total   # prompt tokens a replica takes
+    room = np.zeros(max(ranks, 1), np.int64)       # (``simulate.replica_budget``) left this iteration
     turn = 0
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
@@ -276,10 +278,14 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         prefill_only = (not chunked) and count > 0
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         n_ch, seqs, p_tokens = 0, n_dec, 0
+        if ranks > 1:
+            room[:] = share
         for p in range(count):
             r = wq[(head + p) % cap]
             if budget <= 0 or seqs >= max_seqs or remaining[r] == 0:
                 break
+            if ranks > 1 and room[rank_of[r]] <= 0:
+                continue                       # its replica's share is taken: the others go on
             if not admitted[r]:
                 if ranks > 1 and active[rank_of[r]] >= per_rank:
                     continue                   # its replica is full: it waits there, the others go on
@@ -291,6 +297,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 if ranks > 1:
                     active[rank_of[r]] += 1
             take = min(remaining[r], budget)
+            if ranks > 1:
+                take = min(take, room[rank_of[r]])
+                room[rank_of[r]] -= take
             ch_id[n_ch] = r
             ch_take[n_ch] = take
             n_ch += 1

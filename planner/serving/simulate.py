@@ -58,7 +58,7 @@ class IterationTable:
         grids = []
         for skew in (1.0, self.SKEW) if self.dp_ranks > 1 else (1.0,):
             it = iteration(model, hw, lay, dtypes, N.ravel(), Cx.ravel(), P.ravel(), prompt_len, engine.speculation,
-                           dp_skew=skew)
+                           dp_skew=skew, replica_tokens=replica_budget(max_tokens, self.dp_ranks))
             grids.append((np.ascontiguousarray(it.time_s.reshape(N.shape), dtype=float),
                           np.ascontiguousarray(np.broadcast_to(it.power_w, N.ravel().shape).reshape(N.shape),
                                                dtype=float)))
@@ -136,6 +136,13 @@ class Replicas:
 
     def skew(self, n_dec: int) -> float:
         return max(self.decoding) * self.ranks / n_dec if self.ranks > 1 and n_dec else 1.0
+
+
+def replica_budget(budget_total: int, ranks: int) -> float:
+    """Prompt tokens one attention data-parallel replica takes per iteration: its share of the
+    instance's budget (SGLang divides --chunked-prefill-size by the DP size under DP attention,
+    and --max-prefill-tokens is each DP scheduler's own); no limit without replicas."""
+    return float(max(1, budget_total // ranks)) if ranks > 1 else np.inf
 
 
 def dp_ranks(hw: HardwareProfile, lay: Layout) -> int:
@@ -352,9 +359,12 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
+        room = [replica_budget(budget_total, rep.ranks)] * rep.ranks   # each replica's share
         for r in waiting:
             if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
+            if room[rep.of[r]] <= 0:
+                continue                           # its replica's share is taken: the others go on
             if not admitted[r]:
                 if rep.ranks > 1 and active[rep.of[r]] >= rep.per_rank:
                     continue                       # its replica is full: it waits there, the others go on
@@ -364,9 +374,10 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 kv_used += need
                 admitted[r] = True
                 active[rep.of[r]] += 1
-            take = int(min(remaining_prefill[r], budget))
+            take = int(min(remaining_prefill[r], budget, room[rep.of[r]]))
             chunk.append((r, take))
             budget -= take
+            room[rep.of[r]] -= take
             seqs += 1
         prefill_only = prefill_only and bool(chunk)   # nothing admissible: the decodes go on
         p_tokens = sum(t for _, t in chunk)
