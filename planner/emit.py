@@ -116,11 +116,18 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         max_num_seqs=b.max_num_seqs,
         # what the whole instance admits, as the planner assumed it (engine.limits_scope)
         instance_seqs=b.max_num_seqs * dp, instance_tokens=scn.engine.instance_limits(dp)[1],
-        chunked=scn.engine.chunked_prefill)
+        chunked=scn.engine.chunked_prefill, delay_passes=scn.engine.prefill_delay_passes)
+
+
+def _no_delayer(p: dict, engine: str) -> None:
+    if p["delay_passes"] and p["rank_dp"] > 1:
+        raise InputError(f"{engine} has no prefill delayer, which the plan assumed (engine.prefill_delay_passes: "
+                         f"{p['delay_passes']}); emit sglang, or plan with prefill_delay_passes: 0")
 
 
 def vllm_args(p: dict) -> list[str]:
     b = p["b"]
+    _no_delayer(p, "vLLM")
     args = ["--tensor-parallel-size", str(p["rank_tp"]), "--pipeline-parallel-size", str(b.pp)]
     if b.ep > 1:
         if b.ep != p["stage"]:
@@ -145,6 +152,8 @@ def sglang_args(p: dict) -> list[str]:
     args = ["--tp-size", str(p["ranks"])]
     if p["rank_dp"] > 1:
         args += ["--dp-size", str(p["rank_dp"]), "--enable-dp-attention"]
+        if p["delay_passes"]:        # the prefill delayer the plan assumed (engine.prefill_delay_passes)
+            args += ["--enable-prefill-delayer", "--prefill-delayer-max-delay-passes", str(p["delay_passes"])]
     if b.ep > 1:
         args += ["--ep-size", str(p["rank_ep"])]
     args += ["--mem-fraction-static", f"{p['mem_util']:g}", "--max-running-requests", str(p["instance_seqs"])]
@@ -157,6 +166,7 @@ def sglang_args(p: dict) -> list[str]:
 
 def trtllm_args(p: dict) -> list[str]:
     b = p["b"]
+    _no_delayer(p, "TensorRT-LLM")
     return ["--tp_size", str(p["stage"]), "--pp_size", str(b.pp), "--ep_size", str(b.ep),
             "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(-(-p["instance_tokens"] // p["dp"])),
             "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}"]

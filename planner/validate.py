@@ -48,6 +48,8 @@ class Point(Frozen):
                                      "source's tool sized it (else the framework's default)")
     max_batched_tokens: int | None = Field(None, ge=16, description="the engine's tokens per iteration in the run, "
                                            "where the source's tool sized it")
+    prefill_delay_passes: int | None = Field(None, ge=0, description="the run's prefill delayer under attention "
+                                             "DP, where its command enables one (Engine.prefill_delay_passes)")
     num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
                                      "the source states it: an offline run (all queued at once) or, with "
                                      "concurrency, a closed loop of that many clients is then replayed by the "
@@ -173,7 +175,8 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
 
     fw = Framework.model_validate_json(fw_json)
     m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
-    engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
+    engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
+                           p.prefill_delay_passes)
     n = int(p.num_requests or 1)
     c = min(int(p.concurrency or n), n)
     inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
@@ -218,11 +221,12 @@ def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_
 
 
 def _sized_engine(fw: Framework, max_num_seqs: int | None, max_batched_tokens: int | None, mtp_tokens: int = 0,
-                  mtp_acceptance: float = 0.0):
-    """The framework's engine with the sizes and the draft tokens a published run used, where the
-    point states them (a point's MTP reaches the serving evaluators too, not only the static ones)."""
-    sized = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens))
-             if v is not None}
+                  mtp_acceptance: float = 0.0, prefill_delay_passes: int | None = None):
+    """The framework's engine with the sizes, the draft tokens and the prefill delayer a published
+    run used, where the point states them (a point's MTP reaches the serving evaluators too, not
+    only the static ones)."""
+    sized = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens),
+                               ("prefill_delay_passes", prefill_delay_passes)) if v is not None}
     if mtp_tokens:
         sized |= {"mtp_tokens": mtp_tokens, "mtp_acceptance": mtp_acceptance}
     return fw.engine().model_copy(update=sized) if sized else fw.engine()

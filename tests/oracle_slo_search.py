@@ -10,6 +10,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
 from planner.designs.slo_search import Config, SloSearchResult, SloSearchSpec
 from planner.perf.memory import kv_cache_bytes_per_token
+from planner.perf.parallel import on_dies
 from planner.search import candidates, pareto_front
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import serving_curve, slo_ok
@@ -102,7 +103,9 @@ def _disaggregated(table: _Table, model, hw, lay, names, devices, dtypes, engine
     wait = rho / (1 - rho) * (workload.arrival.scv + cs2) / 2 * s[:, None]               # Kingman M/G/1
     wait90 = np.where(rho > 0.1, wait / rho * np.log(rho / 0.1), 0.0)
     ttft = wait90 + s[:, None] + xfer[:, None]
-    r_pre = np.where(ttft <= ttft_max, rho / s[:, None] / devices[:, None], 0.0)         # requests/s per GPU
+    # one M/G/1 server per attention data-parallel replica (session 10: a prompt is prefilled on one)
+    replicas = on_dies(hw, lay)[1].attention_dp.astype(float)
+    r_pre = np.where(ttft <= ttft_max, rho * replicas[:, None] / s[:, None] / devices[:, None], 0.0)  # req/s per GPU
     if r_pre.max() <= 0:
         return
     ip, jp = np.unravel_index(np.argmax(r_pre), r_pre.shape)

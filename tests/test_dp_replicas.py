@@ -191,3 +191,74 @@ def test_the_analytic_iteration_waits_for_the_busiest_replica():
     assert heavy.any() and np.all(tpot[heavy] < 0.9 * linear[heavy])
     flat = Layout.of(np.array([8]), np.array([1]), np.array([1]))   # no replicas: no spread term
     assert np.all(np.isnan(load_grid(M, HW, flat, FP8, e, st).spread))
+
+
+def test_a_prefill_instance_serves_one_prompt_per_replica():
+    """A disaggregated prefill instance with attention DP prefills one prompt on each replica side
+    by side: its capacity counts every replica as a server (rho x replicas / service), each
+    prompt's service being its one replica's; without replicas, one server."""
+    from planner.designs.slo_search import SloSearchSpec, _prefill_points
+    from planner.serving.workload import length_stats
+
+    w = Workload(rate=1.0, input=Fixed(value=2000), output=Fixed(value=200))
+    st = length_stats(w)
+    spec = SloSearchSpec(prefill_utilization=[0.5])
+    lay = Layout.of(np.array([1, 8]), np.array([8, 1]), np.array([1, 1]))     # DP 8; TP 8
+    rate, _ = _prefill_points(M, HW, lay, FP8, st, w, spec, np.inf)
+    s = iteration(M, HW, lay, FP8, 0.0, 16.0, 2000.0, 2000.0, power=False).time_s
+    assert rate[:, 0] == pytest.approx(0.5 * np.array([8, 1]) / s / 8)
+
+
+def test_a_prfaas_site_counts_its_replicas_as_prefill_servers():
+    from planner.designs.prfaas import Site, _site_replicas
+
+    assert _site_replicas(M, Site(hardware="h100-sxm", tp=1, ep=8, instances=1)) == 8
+    assert _site_replicas(M, Site(hardware="h100-sxm", tp=8, ep=8, instances=1)) == 1
+    assert _site_replicas(M, Site(hardware="ascend-910c", tp=1, ep=8, instances=1)) == 16   # per die
+    assert _site_replicas(planner.model("llama-3.1-8b"), Site(hardware="h100-sxm", tp=1, ep=8, instances=1)) == 1
+
+
+@pytest.mark.parametrize("simulator", ["python", "numba"])
+def test_the_prefill_delayer_holds_a_lone_prompt_for_its_passes(simulator):
+    """SGLang's PrefillDelayer: eight replicas each decode one long request; a ninth prompt lands on
+    one replica while the other seven have none to start, so it is held for 29 passes (30 - 1), then
+    prefilled; with every replica holding a prompt nothing waits, and without the delayer the lone
+    prompt starts at once."""
+    pytest.importorskip("numba") if simulator == "numba" else None
+    lay = Layout.of(1, 8, 1)
+    arrival = np.zeros(9)
+    arrival[8] = 1e-6
+    inp, out = np.full(9, 64), np.full(9, 400)
+    ttft = {}
+    for passes in (0, 30):
+        e = Engine(dp_balance="round_robin", prefill_delay_passes=passes, simulator=simulator)
+        r = simulate(M, HW, lay, FP8, e, arrival, inp, out, warmup_frac=0.0)
+        ttft[passes] = r.ttft_s[8]
+        assert r.iterations > 400
+    step = r.tpot_s[0]                                   # a decode step of the eight
+    assert ttft[30] - ttft[0] == pytest.approx(29 * step, rel=0.1)
+    both = np.zeros(16)                                  # sixteen at once: two per replica, none held
+    e = Engine(dp_balance="round_robin", prefill_delay_passes=30, simulator=simulator)
+    r0 = simulate(M, HW, lay, FP8, Engine(dp_balance="round_robin", simulator=simulator), both, np.full(16, 64),
+                  np.full(16, 50), warmup_frac=0.0)
+    r30 = simulate(M, HW, lay, FP8, e, both, np.full(16, 64), np.full(16, 50), warmup_frac=0.0)
+    assert np.allclose(r0.ttft_s, r30.ttft_s)
+
+
+def test_the_analytic_prefill_delayer_trades_ttft_for_tpot():
+    """With the delayer, prompt lumps are released when every replica has one (a coupon
+    collector's dp H_dp lumps) or after its passes: iterations carry fewer lone lumps (TPOT no
+    higher) and prompts wait up to half the cycle (mean TTFT no lower); with no replicas the
+    delayer changes nothing."""
+    from planner.serving.queueing import serving_curve
+    from planner.serving.workload import length_stats
+
+    w = Workload(rate=1.0, input=Fixed(value=2000), output=Fixed(value=200))
+    st = length_stats(w)
+    for lay, changes in ((Layout.of(np.array([1]), np.array([8]), np.array([1])), True),
+                         (Layout.of(np.array([8]), np.array([1]), np.array([1])), False)):
+        off = serving_curve(M, HW, lay, FP8, Engine(), st)
+        on = serving_curve(M, HW, lay, FP8, Engine(prefill_delay_passes=30), st)
+        assert np.all(on.tpot["mean"] <= off.tpot["mean"] * (1 + 1e-12))
+        assert np.all(on.ttft["mean"] >= off.ttft["mean"] * (1 - 1e-12))
+        assert np.any(on.tpot["mean"] < 0.95 * off.tpot["mean"]) == changes

@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
         "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization", "--kv-cache-dtype",
         "--quantization"}
-# SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html
+# SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html; the prefill
+# delayer's two from python/sglang/srt/server_args.py (enable_prefill_delayer, prefill_delayer_max_delay_passes)
 SGLANG = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--mem-fraction-static",
-          "--max-running-requests", "--chunked-prefill-size", "--kv-cache-dtype", "--quantization"}
+          "--max-running-requests", "--chunked-prefill-size", "--kv-cache-dtype", "--quantization",
+          "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes"}
 # trtllm-serve options, https://nvidia.github.io/TensorRT-LLM/0.18.2/commands/trtllm-serve.html (+ --ep_size)
 TRTLLM = {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
           "--kv_cache_free_gpu_memory_fraction"}
@@ -161,3 +163,17 @@ def test_emit_other_designs_is_a_clean_error(tmp_path):
     r = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "llama70b-slo-search.yaml"), "--emit", "vllm",
                             str(tmp_path / "o")])
     assert r.exit_code == 2 and "colocated" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_the_prefill_delayer_reaches_sglang_only(tmp_path):
+    """A plan that assumed SGLang's prefill delayer launches SGLang with it; vLLM and TensorRT-LLM
+    have none, which is a clean error rather than a launch file that serves differently."""
+    p = tmp_path / "delay.yaml"
+    p.write_text(MOE + "engine: {prefill_delay_passes: 30}\n")
+    _, out = _plan(tmp_path, p, "sglang")
+    f = _flags(_command(out / "sglang.sh"))
+    assert "--enable-prefill-delayer" in f and f["--prefill-delayer-max-delay-passes"] == "30"
+    for engine in ("vllm", "trtllm"):
+        r = runner.invoke(app, ["plan", str(p), "--emit", engine, str(tmp_path / engine)])
+        assert r.exit_code != 0 and "prefill delayer" in r.output + (r.stderr or "")
+        assert "Traceback" not in r.output

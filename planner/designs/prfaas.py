@@ -38,6 +38,7 @@ from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import multi_server_wait, serving_curve
+from planner.serving.simulate import dp_ranks
 from planner.serving.workload import Workload, length_stats, weighted_quantile
 
 
@@ -135,6 +136,12 @@ def _state_bytes(model: ModelSpec, kv: DType) -> float:
 def _layout(model: ModelSpec, site: Site) -> Layout:
     """The site's layout; expert parallelism only applies to MoE models (the dense counterfactual)."""
     return Layout.of(site.tp, site.ep if model.moe is not None else 1, 1)
+
+
+def _site_replicas(model, site: Site) -> int:
+    """Prompts one instance of the site prefills side by side: one per attention data-parallel
+    replica, each prompt on its own (``perf.ops._prompt_skew``); 1 without replicas."""
+    return dp_ranks(with_framework(get_hardware(site.hardware)), _layout(model, site))
 
 
 def _site_prefill_s(model, site: Site, dtypes, lengths) -> np.ndarray:
@@ -264,10 +271,11 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
     mean_long = lambda x: np.where(p > 0, (above * w * x).sum(1) / np.maximum(p, 1e-300), 0.0)  # noqa: E731
     mean_short = lambda x: np.where(p < 1, (~above * w * x).sum(1) / np.maximum(1 - p, 1e-300), 0.0)  # noqa: E731
     n_loc = spec.local.instances
+    r_loc, r_rem = _site_replicas(model, spec.local), _site_replicas(model, spec.remote)
     n_p = np.arange(1, n_loc)[None, :]                                # local prefill instances
-    th_remote = np.minimum(spec.remote.instances / np.maximum(mean_long(t_remote), 1e-12),
+    th_remote = np.minimum(spec.remote.instances * r_rem / np.maximum(mean_long(t_remote), 1e-12),
                            bw * spec.max_link_utilization / np.maximum(mean_long(kv), 1e-12))[:, None]
-    th_p = n_p / np.maximum(mean_short(t_local), 1e-12)[:, None]
+    th_p = n_p * r_loc / np.maximum(mean_short(t_local), 1e-12)[:, None]
     th_d = (n_loc - n_p) * theta_d_inst
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.minimum(np.minimum(np.where(p[:, None] > 0, th_remote / p[:, None], np.inf),
@@ -282,14 +290,15 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
     # homogeneous PD baseline: the same local hardware, no remote cluster
     nb = spec.baseline_instances
     nbp = np.arange(1, nb)
-    lam_h = np.minimum(nbp / float(w @ t_local), (nb - nbp) * theta_d_inst)
+    lam_h = np.minimum(nbp * r_loc / float(w @ t_local), (nb - nbp) * theta_d_inst)
     j = int(np.argmax(lam_h))
     homog = _metrics("homogeneous PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv, link,
                      None, j + 1, nb - j - 1, 0, float(lam_h[j]),
-                     {"pd_prefill": float((j + 1) / (w @ t_local)), "pd_decode": float((nb - j - 1) * theta_d_inst)},
+                     {"pd_prefill": float((j + 1) * r_loc / (w @ t_local)),
+                      "pd_decode": float((nb - j - 1) * theta_d_inst)},
                      usd_per_h, t_dec)
     # naive heterogeneous: every prefill remote, all local instances decode
-    th_all = min(spec.remote.instances / float(w @ t_remote), bw * spec.max_link_utilization / float(w @ kv))
+    th_all = min(spec.remote.instances * r_rem / float(w @ t_remote), bw * spec.max_link_utilization / float(w @ kv))
     naive = _metrics("naive heterogeneous PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv,
                      link, 0.0, 0, n_loc, spec.remote.instances, min(th_all, n_loc * theta_d_inst),
                      {"prfaas": th_all, "pd_decode": n_loc * theta_d_inst}, usd_per_h, t_dec)
@@ -306,7 +315,9 @@ def _metrics(name, spec: PrfaasSpec, model, dtypes, workload, i, w, t_local, t_r
     rate = spec.queue_load * lam
     ca2 = workload.arrival.scv
     queued = ttft.copy()
-    for mask, servers, times in ((~remote, n_p, t_local), (remote, n_r, t_remote)):
+    # every attention data-parallel replica of an instance is a server of its own
+    servers_p, servers_r = n_p * _site_replicas(model, spec.local), n_r * _site_replicas(model, spec.remote)
+    for mask, servers, times in ((~remote, servers_p, t_local), (remote, servers_r, t_remote)):
         share = float(w @ mask)
         if share > 0 and servers > 0:
             es = float((w * mask) @ times / share)

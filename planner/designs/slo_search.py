@@ -21,7 +21,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 from planner.search import BLOCK, RunningFront, batched, blocks, candidates, map_blocks, pareto_front, steady_heap
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import GRID, load_grid, serving_curve, slo_ok
@@ -240,6 +240,9 @@ def _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> 
     I = stats.mean_prefill  # noqa: E741
     devices = lay.devices.astype(float)
     s = iteration(model, hw, lay, dtypes, 0.0, 16.0, I, I, power=False).time_s          # (C,)
+    # an instance with attention data-parallel replicas prefills one prompt on each side by side:
+    # as many M/G/1 servers, each at the utilisation tried (``perf.ops._prompt_skew``)
+    replicas = on_dies(hw, lay)[1].attention_dp.astype(float)
     nic = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value * devices
     xfer = kv_cache_bytes_per_token(model, dtypes.kv) * stats.mean_input / nic
     rho = np.asarray(spec.prefill_utilization)[None, :]
@@ -247,7 +250,7 @@ def _prefill_points(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> 
     wait = rho / (1 - rho) * (workload.arrival.scv + cs2) / 2 * s[:, None]               # Kingman M/G/1
     wait90 = np.where(rho > 0.1, wait / rho * np.log(rho / 0.1), 0.0)
     ttft = wait90 + s[:, None] + xfer[:, None]
-    return np.where(ttft <= ttft_max, rho / s[:, None] / devices[:, None], 0.0), ttft
+    return np.where(ttft <= ttft_max, rho * replicas[:, None] / s[:, None] / devices[:, None], 0.0), ttft
 
 
 def _best_prefill(model, hw, lay, dtypes, stats, workload, spec, ttft_max) -> tuple | None:

@@ -133,6 +133,7 @@ class LoadGrid:
     # attention data parallelism: s per prompt token beyond one prompt's lump in an iteration (more
     # prompts go to other replicas, which prefill them side by side); NaN without replicas
     spread: np.ndarray | float = np.nan
+    replicas: np.ndarray | float = 1.0   # attention data-parallel replicas per instance (candidates, 1)
 
 
 def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
@@ -177,11 +178,13 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
                    replica_tokens=per_replica)
     t_dec, t_chunk, t_packed = (it.time_s[:, k] for k in range(3))
     p_dec, p_chunk = it.power_w[:, 0], it.power_w[:, 1]
-    spread = np.nan
+    spread, replicas = np.nan, 1.0
     if np.any(ranks > 1):
         side = (t_packed - t_dec if engine.chunked_prefill else t_packed) / packed
-        spread = np.where(np.reshape(ranks, (-1, 1)) > 1, side, np.nan)
-    return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk, spread)
+        replicas = np.reshape(ranks, (-1, 1)).astype(float)
+        spread = np.where(replicas > 1, side, np.nan)
+    return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk, spread,
+                    replicas)
 
 
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
@@ -202,12 +205,23 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     p = n * tps * I / O                        # prompt tokens per iteration, on average
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
     t_pre = p * marginal                       # prompt work per iteration
+    held = 0.0                                 # iterations a prompt waits for the prefill delayer
     if np.any(np.isfinite(g.spread)):
         # with attention replicas a prompt lump costs its replica all of it (``Step.replica_tokens``)
         # and the step waits for the busiest replica: with a Poisson number of lumps per iteration
         # (mean p / chunk) on different replicas, the busiest holds chunk x P(at least one) of the
         # p tokens; the rest are other replicas', prefilled side by side (their expert share only)
-        busiest = chunk * -np.expm1(-p / chunk)
+        lumps = p / chunk
+        share = -np.expm1(-lumps)              # iterations that carry a lump
+        if engine.prefill_delay_passes:
+            # the delayer releases prompts when every replica has one (a coupon collector's dp H_dp
+            # lumps) or after its passes: one lump per release on the busiest replica
+            r = g.replicas
+            harmonic = np.log(r) + 0.5772156649 + 1 / (2 * r)
+            cycle = np.clip(r * harmonic / np.maximum(lumps, 1e-12), 1.0, engine.prefill_delay_passes)
+            share = np.minimum(share, 1 / cycle)
+            held = np.where(np.isfinite(g.spread), (cycle - 1) / 2, 0.0)
+        busiest = chunk * share
         t_pre = np.where(np.isfinite(g.spread), busiest * marginal + (p - busiest) * g.spread, t_pre)
     t_iter = t_dec + t_pre                     # mean iteration time
     tpot = t_iter if tps == 1 else t_iter / tps   # each iteration yields tps tokens per sequence (x / 1 = x)
@@ -242,10 +256,12 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         return Curve(n, rate, tpot_q, {}, {}, rho, wait, power_w, np.maximum(p_chunk, p_dec), mu, n_max, limit,
                      np.atleast_1d(lay.devices), O)
     t_iter = t_iter + hw.efficiency.request_overhead.value   # host time per request (tokenize, admit)
+    # a prompt held by the prefill delayer waits that many iterations (the mean and every percentile)
+    hold_s = held * (t_iter - hw.efficiency.request_overhead.value) if np.any(held) else 0.0
     # a request's own prompt, with its hits from slower KV tiers loading layer by layer alongside
     # (the mean pairs the means, each percentile the percentiles, as the other TTFT terms add up)
     layers = model.num_layers
-    ttft_q = {"mean": wait + exposed_prefill_s(I * own, stats.mean_load_s, layers) + t_iter}
+    ttft_q = {"mean": wait + exposed_prefill_s(I * own, stats.mean_load_s, layers) + t_iter + hold_s}
     tpot_q = {"mean": tpot}
     e2e = {}
     for k, (pq, oq, lq) in zip(PERCENTILES, zip(stats.prefill_quantiles, stats.output_quantiles,
@@ -255,7 +271,7 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         q = _QV[k]
         with np.errstate(divide="ignore", invalid="ignore"):
             w_q = np.where(rho > 1 - q, wait / np.maximum(rho, 1e-12) * np.log(np.maximum(rho, 1e-12) / (1 - q)), 0.0)
-        ttft_q[k] = w_q + exposed_prefill_s(pq * own, lq, layers) + t_iter
+        ttft_q[k] = w_q + exposed_prefill_s(pq * own, lq, layers) + t_iter + hold_s
         tpot_q[k] = tpot + _Z[k] * sd_tpot
         # the median request: median TTFT and median output; tails: mean TTFT plus the output tail
         e2e[k] = (ttft_q[k] if k == "p50" else ttft_q["mean"]) + (oq - 1) * tpot_q[k]

@@ -191,7 +191,7 @@ def batch_append(run_id, run_left, run_ctx, run_gen, run_tps, n_run: int, r: int
 def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int, max_seqs: int, chunked: bool,
              reserve_all: bool, verify: int, tps, kv_free: float, per_tok: float, state: float,
              axes, geo, t_grid, w_grid, to_load, layers: int, ttft, done, ranks: int = 1, round_robin: bool = False,
-             t2_grid=None, w2_grid=None, skew_hi: float = 2.0):
+             t2_grid=None, w2_grid=None, skew_hi: float = 2.0, delay_passes: int = 0):
     """Iteration loop of one instance over its requests (arrival order): fills ``ttft`` and ``done``
     (local, NaN on entry); returns (energy J per device, preemptions, iterations, end time s,
     status). ``to_load``: seconds to load each request's hits from slower KV tiers, layer by layer
@@ -200,7 +200,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     ring buffer (preempted requests go to its front); the running batch is arrays in admission
     order (the newest is preempted first). ``tps``: tokens each request gains per decode iteration.
     ``ranks`` attention replicas (``simulate.Replicas``): the step is looked up at the busiest one's
-    skew, between ``t_grid`` (skew 1) and ``t2_grid`` (skew ``skew_hi``)."""
+    skew, between ``t_grid`` (skew 1) and ``t2_grid`` (skew ``skew_hi``); ``delay_passes``: hold the
+    prompts while only some replicas have one, at most that many passes in a row (PrefillDelayer)."""
     if t2_grid is None:
         t2_grid, w2_grid = t_grid, w_grid
     n = len(arr)
@@ -237,6 +238,10 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     share = max(1, budget_total // ranks) if ranks > 1 else budget_total   # prompt tokens a replica takes
     room = np.zeros(max(ranks, 1), np.int64)       # (``simulate.replica_budget``) left this iteration
     turn = 0
+    if ranks <= 1 or prefilled:
+        delay_passes = 0
+    delayed = 0                                # passes the prompts have been held back in a row
+    has_prompt = np.zeros(max(ranks, 1), np.bool_)   # replicas with a prompt to start (PrefillDelayer)
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
     n_run = 0
@@ -275,12 +280,25 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             now = arr[nxt]
             continue
         # ---- schedule prompt tokens ----
-        prefill_only = (not chunked) and count > 0
+        held_back = False
+        if delay_passes > 0 and n_dec > 0 and count > 0:
+            has_prompt[:] = False
+            ready = 0
+            for p in range(count):
+                r = wq[(head + p) % cap]
+                j = rank_of[r]
+                if remaining[r] > 0 and not has_prompt[j] and (admitted[r] or active[j] < per_rank):
+                    has_prompt[j] = True
+                    ready += 1
+                    if ready == ranks:
+                        break
+            held_back = ready > 0 and ready < ranks and delayed < delay_passes - 1
+        prefill_only = (not chunked) and count > 0 and not held_back
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         n_ch, seqs, p_tokens = 0, n_dec, 0
         if ranks > 1:
             room[:] = share
-        for p in range(count):
+        for p in range(0 if held_back else count):
             r = wq[(head + p) % cap]
             if budget <= 0 or seqs >= max_seqs or remaining[r] == 0:
                 break
@@ -331,6 +349,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 # fast-forward identical decode-only iterations up to the next event
                 steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
                                      tps_sum * per_tok, reserve_all)
+                if held_back:                  # no further than the passes the prompts may still be held
+                    steps = min(steps, delay_passes - 1 - delayed)
                 if steps > 1 and skew == 1.0:
                     tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec),
                                         ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0)
@@ -341,6 +361,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             tau = max(tau, loading) + min(tau, loading) / layers
             for q in range(n_ch):
                 to_load[ch_id[q]] = 0.0
+        delayed = delayed + steps if held_back else 0
         now += tau * steps
         energy += tau * steps * watts
         iters += steps

@@ -274,7 +274,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
         engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
         tps_local, float(kv_free), float(per_tok), float(state), table.axes_grid,
         table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local, table.dp_ranks,
-        engine.dp_balance == "round_robin", table.t2_grid, table.w2_grid, table.SKEW)
+        engine.dp_balance == "round_robin", table.t2_grid, table.w2_grid, table.SKEW, engine.prefill_delay_passes)
     if status == sim_kernel.STALLED:
         raise RuntimeError("simulator stalled: a request cannot be admitted into an empty instance")
     ttft[ids], done[ids] = t_local, d_local
@@ -316,6 +316,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.float64)
     admitted = np.zeros(len(ids), dtype=bool)
     rep = Replicas(table.dp_ranks, len(ids), engine.dp_balance == "round_robin", max_seqs)
+    share = replica_budget(budget_total, rep.ranks)
     placed, active, decoding = rep.placed, rep.active, rep.decoding
 
     def held(r: int) -> float:
@@ -323,6 +324,8 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         return (full_in[r] + (out[r] if reserve_all else generated[r])) * per_tok + state
 
     now, nxt, energy, preemptions, iters = 0.0, 0, 0.0, 0, 0
+    delay_passes = engine.prefill_delay_passes if rep.ranks > 1 and not prefilled else 0
+    delayed = 0                            # passes the prompts have been held back in a row
     n_total = len(ids)
     finished = 0
     while finished < n_total:
@@ -355,15 +358,22 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             now = arr[nxt]
             continue
         # ---- schedule prompt tokens ----
-        prefill_only = (not chunked) and bool(waiting)
+        held_back = False
+        if delay_passes and n_dec and waiting:
+            # SGLang's PrefillDelayer: while only some replicas have a prompt to start, hold them
+            # (decode only), at most delay_passes - 1 passes in a row
+            ready = len({rep.of[r] for r in waiting if remaining_prefill[r] and (admitted[r] or active[rep.of[r]]
+                                                                                 < rep.per_rank)})
+            held_back = 0 < ready < rep.ranks and delayed < delay_passes - 1
+        prefill_only = (not chunked) and bool(waiting) and not held_back
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
-        room = [replica_budget(budget_total, rep.ranks)] * rep.ranks   # each replica's share
-        for r in waiting:
+        room = [share] * rep.ranks if rep.ranks > 1 else None   # each replica's share of the budget
+        for r in waiting if not held_back else ():
             if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
-            if room[rep.of[r]] <= 0:
+            if room is not None and room[rep.of[r]] <= 0:
                 continue                           # its replica's share is taken: the others go on
             if not admitted[r]:
                 if rep.ranks > 1 and active[rep.of[r]] >= rep.per_rank:
@@ -374,10 +384,12 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 kv_used += need
                 admitted[r] = True
                 active[rep.of[r]] += 1
-            take = int(min(remaining_prefill[r], budget, room[rep.of[r]]))
+            take = int(min(remaining_prefill[r], budget))
+            if room is not None:
+                take = int(min(take, room[rep.of[r]]))
+                room[rep.of[r]] -= take
             chunk.append((r, take))
             budget -= take
-            room[rep.of[r]] -= take
             seqs += 1
         prefill_only = prefill_only and bool(chunk)   # nothing admissible: the decodes go on
         p_tokens = sum(t for _, t in chunk)
@@ -403,12 +415,15 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 room = (int((kv_free - kv_used) // (tps_sum * per_tok)) if per_tok > 0 and not reserve_all
                         else horizon)
                 steps = max(1, min(horizon, room))
+                if held_back:               # no further than the passes the prompts may still be held
+                    steps = min(steps, delay_passes - 1 - delayed)
                 if steps > 1:
                     tau, watts = table(n_dec, ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0, skew)
         if loading > 0:
             tau = float(exposed_prefill_s(tau, loading, layers))
             for r, _ in chunk:
                 to_load[r] = 0.0
+        delayed = delayed + steps if held_back else 0
         now += tau * steps
         energy += tau * steps * watts
         iters += steps
