@@ -215,3 +215,19 @@ def test_explain_names_the_all_reduce_form_it_used():
     op = Op("ffn_all_reduce", OpKind.all_reduce, 1, comm_bytes=6.5e6, group=8)
     _, text, source = explain_op(hw, op_time(hw, op, BF16), BF16)
     assert text.startswith("measured all-reduce curve") and source == "azure_bench"
+
+
+@pytest.mark.parametrize("hw_name, tp, ep", [("ascend-910c", 1, 16), ("h100-sxm", 1, 32), ("h100-sxm", 1, 8)])
+def test_explain_never_shows_an_operator_faster_than_its_roofline(hw_name, tp, ep):
+    """``whatif --explain``: every operator's time is at least its roofline, the EP all-to-alls
+    too when they span scale-up domains (their roofline is the hierarchical transfer at nameplate
+    links: tokens cross the network once per remote domain; it was every copy over the network,
+    above the time)."""
+    from planner.perf.estimate import estimate, operator_breakdown
+
+    e = estimate("deepseek-v3", hw_name, tp=tp, ep=ep, batch=64 * ep, input_len=2048, output_len=256,
+                 weight_dtype="int8" if hw_name.startswith("ascend") else "fp8")
+    rows = operator_breakdown(e)
+    assert any(r["op"] == "ep_dispatch" and r["roofline_s"] > 0 for r in rows)
+    for r in rows:
+        assert r["time_s"] >= r["roofline_s"] * (1 - 1e-9), r

@@ -153,7 +153,7 @@ def ep_bulk_efficiency(hw: HardwareProfile, group) -> np.ndarray:
 
 
 def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, group,
-                       up_efficiency=None) -> np.ndarray:
+                       up_efficiency=None, ideal: bool = False) -> np.ndarray:
     """One EP dispatch or combine, DeepEP-style (hierarchical). ``intra_bytes`` = what a device
     sends (its tokens times their ``k`` expert copies), ``token_bytes`` = its tokens once,
     ``draws`` = domains a token may target (``k``, or the node limit of group-limited routing).
@@ -166,15 +166,17 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     plus the network's (``all_to_all_latency``). A row with nothing to send (a layout
     without attention data parallelism, evaluated in the same array as one with it) costs
     nothing. ``token_bytes`` may be a function giving them, called only if a group spans domains.
-    ``up_efficiency``: the scale-up link fraction the kernels reach (default the link's)."""
+    ``up_efficiency``: the scale-up link fraction the kernels reach (default the link's).
+    ``ideal``: the same transfer at the links' nameplate rates and no fixed cost (the roofline
+    ``whatif --explain`` shows)."""
     group = np.asarray(group, dtype=float)
     dom = float(hw.domain_size)
-    up_bw = hw.scale_up.bandwidth_per_direction.value * (
-        hw.efficiency.scale_up.value if up_efficiency is None else up_efficiency)
-    out_bw = hw.scale_out.bandwidth_per_direction.value * hw.efficiency.scale_out.value
+    up_eff = 1.0 if ideal else hw.efficiency.scale_up.value if up_efficiency is None else up_efficiency
+    up_bw = hw.scale_up.bandwidth_per_direction.value * up_eff
+    out_bw = hw.scale_out.bandwidth_per_direction.value * (1.0 if ideal else hw.efficiency.scale_out.value)
     intra = np.asarray(intra_bytes, dtype=float)
     moved = in_place(np.divide, (group - 1) / np.maximum(group, 1) * intra, up_bw)
-    fixed = all_to_all_latency(hw, group)
+    fixed = 0.0 if ideal else all_to_all_latency(hw, group)
     t = in_place(np.add, moved, fixed)
     inside = group <= dom
     if not (inside.all() and np.shape(t) == np.broadcast_shapes(np.shape(t), inside.shape)):

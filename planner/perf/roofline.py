@@ -258,7 +258,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
                                                  hw.efficiency.scale_up.value, hw.efficiency.scale_out.value)
         shape = 2.0 if op.kind is OpKind.all_reduce else 1.0
         g = np.asarray(op.group, float)
-        ideal = shape * (g - 1) / np.maximum(g, 1) * np.asarray(op.comm_bytes, float) / bw
+        if op.kind is OpKind.all_to_all:    # the EP transfer itself (hierarchical across domains)
+            ideal = _comm_time(hw, op, dtypes, ideal=True)
+        else:
+            ideal = shape * (g - 1) / np.maximum(g, 1) * np.asarray(op.comm_bytes, float) / bw
         link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
         extra = (", FP8 dispatch" if eff.fp8_dispatch and op.name.endswith("dispatch") else "")
         fig = eff.scale_up if link == "scale-up" else eff.scale_out
@@ -298,13 +301,14 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
 
-def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> np.ndarray:
+def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False) -> np.ndarray:
     """A collective on its link. EP all-to-all is as slow as its most loaded device; dispatch
     travels in FP8 (1 byte + one FP32 scale per 128 values) when the engine does so (DeepEP),
-    combine in the activation format."""
+    combine in the activation format. ``ideal`` (all-to-all): its bytes, evenly loaded, at the
+    links' nameplate rates without latency."""
     if op.kind is OpKind.all_to_all:
-        skew = hw.efficiency.moe_imbalance.value
-        load = np.asarray(op.imbalance, dtype=float)
+        skew = 1.0 if ideal else hw.efficiency.moe_imbalance.value
+        load = np.ones(()) if ideal else np.asarray(op.imbalance, dtype=float)
         load = load if skew == 1.0 else load * skew                  # x * 1 = x: not multiplied
         fmt = (1 + 4 / 128) / dtypes.act.bytes if (hw.efficiency.fp8_dispatch and op.name.endswith("dispatch")) else 1.0
         scale = load if fmt == 1.0 else load * fmt
@@ -313,7 +317,7 @@ def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> np.ndarray:
             np.where(np.asarray(op.bulk) > 0, ep_bulk_efficiency(hw, op.group), hw.efficiency.scale_up.value)
         # the tokens-once bytes matter only to groups that span domains: computed only for those
         return ep_all_to_all_time(hw, np.asarray(op.comm_bytes) * scale, lambda: np.asarray(op.remote_bytes) * scale,
-                                  op.draws, op.group, up)
+                                  op.draws, op.group, up, ideal)
     return collective_time(hw, op.kind.value, op.comm_bytes, op.group)
 
 
