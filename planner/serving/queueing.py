@@ -215,12 +215,14 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         share = -np.expm1(-lumps)              # iterations that carry a lump
         if engine.prefill_delay_passes:
             # the delayer releases prompts when every replica has one (a coupon collector's dp H_dp
-            # lumps) or after its passes: one lump per release on the busiest replica
+            # lumps) or after its passes: one lump per release on the busiest replica. The lump that
+            # opens a cycle waits all of it, the m - 1 others of a cycle of m half of it on average
             r = g.replicas
             harmonic = np.log(r) + 0.5772156649 + 1 / (2 * r)
             cycle = np.clip(r * harmonic / np.maximum(lumps, 1e-12), 1.0, engine.prefill_delay_passes)
             share = np.minimum(share, 1 / cycle)
-            held = np.where(np.isfinite(g.spread), (cycle - 1) / 2, 0.0)
+            per_cycle = np.maximum(lumps * cycle, 1.0)
+            held = np.where(np.isfinite(g.spread), (cycle - 1) * (1 + 1 / per_cycle) / 2, 0.0)
         busiest = chunk * share
         t_pre = np.where(np.isfinite(g.spread), busiest * marginal + (p - busiest) * g.spread, t_pre)
     t_iter = t_dec + t_pre                     # mean iteration time
