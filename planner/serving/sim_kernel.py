@@ -236,7 +236,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     active = np.zeros(max(ranks, 1), np.int64)     # admitted (KV held), unfinished requests per replica
     per_rank = max(1, max_seqs // max(ranks, 1))   # sequences a replica admits
     share = max(1, budget_total // ranks) if ranks > 1 else budget_total   # prompt tokens a replica takes
-    room = np.zeros(max(ranks, 1), np.int64)       # (``simulate.replica_budget``) left this iteration
+    unspent = np.zeros(max(ranks, 1), np.int64)    # of it (``simulate.replica_budget``) left this iteration
     turn = 0
     if ranks <= 1 or prefilled:
         delay_passes = 0
@@ -297,12 +297,12 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         n_ch, seqs, p_tokens = 0, n_dec, 0
         if ranks > 1:
-            room[:] = share
+            unspent[:] = share
         for p in range(0 if held_back else count):
             r = wq[(head + p) % cap]
             if budget <= 0 or seqs >= max_seqs or remaining[r] == 0:
                 break
-            if ranks > 1 and room[rank_of[r]] <= 0:
+            if ranks > 1 and unspent[rank_of[r]] <= 0:
                 continue                       # its replica's share is taken: the others go on
             if not admitted[r]:
                 if ranks > 1 and active[rank_of[r]] >= per_rank:
@@ -316,8 +316,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     active[rank_of[r]] += 1
             take = min(remaining[r], budget)
             if ranks > 1:
-                take = min(take, room[rank_of[r]])
-                room[rank_of[r]] -= take
+                take = min(take, unspent[rank_of[r]])
+                unspent[rank_of[r]] -= take
             ch_id[n_ch] = r
             ch_take[n_ch] = take
             n_ch += 1

@@ -6,7 +6,10 @@ decoding (one token each) and fills the rest of the token budget with prompt chu
 (chunked prefill), or, without chunked prefill, runs waiting prompts in an iteration of their own
 before resuming decodes (prefill-first). A request is admitted only if its prompt's KV fits;
 when decode growth overflows the KV pool the newest running request is preempted and later
-recomputed (vLLM's recompute policy). The iteration's duration comes from the same roofline
+recomputed (vLLM's recompute policy). With attention data parallelism each request lives on one
+replica, which takes at most its share of the budget per iteration and prefills its prompts alone
+(``Step.replica_tokens``); SGLang's prefill delayer (``Engine.prefill_delay_passes``) holds the
+prompts while only some replicas have one. The iteration's duration comes from the same roofline
 engine as the analytic model, tabulated over (decodes, mean context, prefill tokens) and
 interpolated.
 
@@ -369,11 +372,11 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
-        room = [share] * rep.ranks if rep.ranks > 1 else None   # each replica's share of the budget
+        unspent = [share] * rep.ranks if rep.ranks > 1 else None   # each replica's share of the budget
         for r in waiting if not held_back else ():
             if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
-            if room is not None and room[rep.of[r]] <= 0:
+            if unspent is not None and unspent[rep.of[r]] <= 0:
                 continue                           # its replica's share is taken: the others go on
             if not admitted[r]:
                 if rep.ranks > 1 and active[rep.of[r]] >= rep.per_rank:
@@ -385,9 +388,9 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 admitted[r] = True
                 active[rep.of[r]] += 1
             take = int(min(remaining_prefill[r], budget))
-            if room is not None:
-                take = int(min(take, room[rep.of[r]]))
-                room[rep.of[r]] -= take
+            if unspent is not None:
+                take = int(min(take, unspent[rep.of[r]]))
+                unspent[rep.of[r]] -= take
             chunk.append((r, take))
             budget -= take
             seqs += 1
