@@ -177,7 +177,7 @@ class Op:
         return self.weight_bytes + self.act_bytes + self.kv_bytes
 
 
-def _prompt_skew(step: Step, dp) -> np.ndarray:
+def _prompt_skew(step: Step, dp) -> np.ndarray | float:
     """Busiest attention replica's prompt tokens over the mean, for a step of ``batch`` prompts of
     ``q_len`` tokens (a fraction: one prompt's chunk) over ``dp`` replicas. With attention data
     parallelism a request lives on one replica (SGLang's DP controller hands each to one
@@ -190,7 +190,8 @@ def _prompt_skew(step: Step, dp) -> np.ndarray:
     d = np.asarray(dp, dtype=float)
     busiest = np.minimum(np.minimum(n, np.ceil(n / d - 1e-9)) * step.q_len, step.replica_tokens)
     mean = n * step.q_len / d
-    return np.where(mean > 0, np.maximum(busiest / np.maximum(mean, 1e-300), 1.0), 1.0)
+    skew = np.where(mean > 0, np.maximum(busiest / np.maximum(mean, 1e-300), 1.0), 1.0)
+    return 1.0 if bool(np.all(skew == 1.0)) else skew     # even everywhere: the balanced fast paths
 
 
 @dataclass

@@ -206,7 +206,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
     t_pre = p * marginal                       # prompt work per iteration
     held = 0.0                                 # iterations a prompt waits for the prefill delayer
-    if np.any(np.isfinite(g.spread)):
+    replicated = np.isfinite(g.spread)         # candidates with attention data-parallel replicas
+    if np.any(replicated):
         # with attention replicas a prompt lump costs its replica all of it (``Step.replica_tokens``)
         # and the step waits for the busiest replica: with a Poisson number of lumps per iteration
         # (mean p / chunk) on different replicas, the busiest holds chunk x P(at least one) of the
@@ -222,16 +223,16 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
             cycle = np.clip(r * harmonic / np.maximum(lumps, 1e-12), 1.0, engine.prefill_delay_passes)
             share = np.minimum(share, 1 / cycle)
             per_cycle = np.maximum(lumps * cycle, 1.0)
-            held = np.where(np.isfinite(g.spread), (cycle - 1) * (1 + 1 / per_cycle) / 2, 0.0)
+            held = np.where(replicated, (cycle - 1) * (1 + 1 / per_cycle) / 2, 0.0)
         busiest = chunk * share
-        t_pre = np.where(np.isfinite(g.spread), busiest * marginal + (p - busiest) * g.spread, t_pre)
+        t_pre = np.where(replicated, busiest * marginal + (p - busiest) * g.spread, t_pre)
     t_iter = t_dec + t_pre                     # mean iteration time
     tpot = t_iter if tps == 1 else t_iter / tps   # each iteration yields tps tokens per sequence (x / 1 = x)
     mu = packed / t_packed                     # prompt tokens/s while the prefill queue is busy
     if power or not np.isnan(p_dec).all():
         pre_j = p_chunk * p * marginal
-        if np.any(np.isfinite(g.spread)):
-            pre_j = np.where(np.isfinite(g.spread), p_chunk * t_pre, pre_j)
+        if np.any(replicated):
+            pre_j = np.where(replicated, p_chunk * t_pre, pre_j)
         power_w = (p_dec * t_dec + pre_j) / t_iter
         idle = hw.power.idle.value
         power_w = idle + (power_w - idle) * np.minimum(1.0, n)   # below one sequence the instance idles part-time
