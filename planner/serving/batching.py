@@ -71,7 +71,7 @@ class Engine(Frozen):
         0, ge=0, description="attention data parallelism: hold a replica's prompts until every replica has one "
         "to prefill, for at most this many forward passes, so the replicas prefill side by side instead of each "
         "stalling the others' decodes alone (SGLang's PrefillDelayer: --enable-prefill-delayer or "
-        "SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, default 30 passes); 0: off (the simulator only)")
+        "SGLANG_SCHEDULER_DECREASE_PREFILL_IDLE, default 30 passes); 0: off")
     simulator: Literal["auto", "python", "numba"] = Field(
         "auto", description="the discrete-event simulator's loop: python (the reference loop), numba (the same "
         "loop compiled; pip install \"planner[fast]\"), auto (numba when it imports, else python); they give the "
