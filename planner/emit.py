@@ -114,8 +114,9 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         ranks=int(ranks.stage_devices), rank_tp=rank_tp, rank_dp=rank_dp, rank_ep=rank_ep,
         mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3),
         max_num_seqs=b.max_num_seqs,
-        # what the whole instance admits, as the planner assumed it (engine.limits_scope)
-        instance_seqs=b.max_num_seqs * dp, instance_tokens=scn.engine.instance_limits(dp)[1],
+        # what the whole instance admits, as the planner assumed it (engine.limits_scope), over its
+        # engine ranks (one per die)
+        instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp)[1],
         chunked=scn.engine.chunked_prefill, delay_passes=scn.engine.prefill_delay_passes)
 
 

@@ -112,20 +112,21 @@ def test_sglang_flags_documented(tmp_path, moe):
 
 def test_launch_files_count_ranks_per_die_on_a_910c(tmp_path):
     """A 910C package runs as 2 ranks: ep 4 over packages is SGLang --tp-size 8 --dp-size 8
-    --ep-size 8 and vLLM --data-parallel-size 8, each vLLM engine core taking 1/8 of the
-    instance's sequences and tokens."""
+    --ep-size 8 and vLLM --data-parallel-size 8; the plan's max_num_seqs is per rank (die), and
+    each vLLM engine core keeps the scenario's whole token budget (8,192: vLLM's limits are each
+    DP engine core's own), not a package's budget split over its two dies."""
     p = tmp_path / "moe910c.yaml"
     p.write_text(MOE.replace("[h100-sxm]", "[ascend-910c]").replace("weight_dtype: [fp8]", "weight_dtype: [int8]")
                  .replace("kv_dtype: fp8", "kv_dtype: bf16") + "cost:\n  prices: {ascend-910c: 2.0}\n")
     best, out = _plan(tmp_path, p, "sglang")
     f = _flags(_command(out / "sglang.sh"))
     assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("8", "8", "8")
-    assert int(f["--max-running-requests"]) == 4 * best["max_num_seqs"]
+    assert int(f["--max-running-requests"]) == 8 * best["max_num_seqs"]
     best, out = _plan(tmp_path, p, "vllm")
     f = _flags(_command(out / "vllm.sh"))
     assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("1", "8")
-    assert int(f["--max-num-seqs"]) == -(-4 * best["max_num_seqs"] // 8)
-    assert int(f["--max-num-batched-tokens"]) == 4 * 8192 // 8
+    assert int(f["--max-num-seqs"]) == best["max_num_seqs"]
+    assert int(f["--max-num-batched-tokens"]) == 8192
 
 
 def test_trtllm_flags_documented(tmp_path, moe):

@@ -23,7 +23,7 @@ from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, on_dies
 from planner.search import BLOCK, blocks, candidates, map_blocks, steady_heap
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
@@ -295,12 +295,14 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
     tot_tps = rate * (stats.mean_input + stats.mean_output)
     avg_w = accelerators * dev_power
     q = {m: {p: at(getattr(sub, m)[p]) for p in (*PERCENTILES, "mean")} for m in ("ttft", "tpot", "e2e")}
+    # engine replicas (attention DP ranks) as the engine counts them: one per die of a package
+    replicas = int(np.ravel(on_dies(hw, Layout.of(ev.lay.tp[i], ev.lay.ep[i], ev.lay.pp[i]))[1].attention_dp)[0])
     return Deployment(
         hardware=hw.name, tp=int(ev.lay.tp[i]), ep=int(ev.lay.ep[i]), pp=int(ev.lay.pp[i]),
         weight_dtype=ev.dtypes.weight.value, kv_dtype=ev.dtypes.kv.value, instances=k,
         accelerators=accelerators, rate_per_instance=r,
         max_rate_per_instance=float(np.where(ev.ok[i], c.rate[i], -np.inf).max()),
-        decode_batch=n, max_num_seqs=int(np.ceil((n + 2.33 * np.sqrt(max(n, 1.0))) / ev.lay.attention_dp[i])) + 1,
+        decode_batch=n, max_num_seqs=int(np.ceil((n + 2.33 * np.sqrt(max(n, 1.0))) / replicas)) + 1,
         ttft_s=q["ttft"], tpot_s=q["tpot"], e2e_s=q["e2e"],
         slo_attainment=at(attainment(sub, slo)), prefill_utilization=at(sub.rho),
         usd_per_h=usd_h, usd_per_million_output_tokens=usd_h / HOUR_S / out_tps * 1e6,

@@ -105,7 +105,8 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held
                + state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)) / lay.attention_dp
     n_kv = np.maximum(free, 0) / per_seq
-    seqs, tokens = engine.instance_limits(lay.attention_dp)     # the whole instance's
+    # the whole instance's, over its DP ranks as the engine counts them (per die)
+    seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp)
     verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration
     n_budget = (tokens - np.asarray(lay.attention_dp, float)) / verify + 0 * n_kv   # decodes must fit the budget
     limits = np.stack(np.broadcast_arrays(n_kv, n_budget, seqs + 0 * n_kv))
@@ -150,7 +151,8 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     Lp, ctx = stats.mean_prompt_len, stats.mean_decode_ctx
     spec = engine.speculation
     verify = 1.0 + spec.draft_tokens           # tokens verified per sequence
-    C = engine.instance_limits(np.atleast_1d(lay.attention_dp)[:, None])[1]   # budget of the whole instance
+    ranks = on_dies(hw, L)[1].attention_dp                                   # (candidates, 1, 1), per die
+    C = engine.instance_limits(np.reshape(ranks, (-1, 1)))[1]              # budget of the whole instance
     # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
@@ -167,7 +169,6 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     # with attention data parallelism a prompt is prefilled on one replica (``Step.replica_tokens``)
     # at most its share of the budget per iteration (SGLang: --chunked-prefill-size / dp): a lone
     # lump is that share of one prompt, all its replica's; a packed iteration fills every share
-    ranks = on_dies(hw, L)[1].attention_dp                                   # (candidates, 1, 1)
     per_replica = np.inf
     if np.any(ranks > 1):
         budget = np.reshape(np.asarray(C, float), (-1, 1, 1)) if np.ndim(C) else float(C)

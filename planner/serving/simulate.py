@@ -78,9 +78,8 @@ class IterationTable:
                      output_len: np.ndarray) -> IterationTable:
         """The table of an instance serving these requests: contexts up to the longest, prompts of
         their mean length, decodes and tokens up to the instance's limits."""
-        dp = int(np.ravel(lay.attention_dp)[0])
         return cls(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)), float(np.mean(input_len)),
-                   *engine.instance_limits(dp))
+                   *engine.instance_limits(dp_ranks(hw, lay)))
 
     def _axis(self, lo: float, hi: float) -> np.ndarray:
         return np.concatenate([[0.0], np.geomspace(lo, hi, self.POINTS)])
@@ -226,7 +225,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     for k in range(instances):
         ids = by_route[bounds[k]:bounds[k + 1]]
         e, pr, it, t_end = _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine, table,
-                                         free, per_tok, state, ttft, done, int(np.ravel(lay.attention_dp)[0]),
+                                         free, per_tok, state, ttft, done, dp_ranks(hw, lay),
                                          load_s=load_s, layers=model.num_layers, tps=tps)
         energy += e * devices
         preempt += pr
@@ -288,9 +287,9 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                          kv_free, per_tok, state, ttft, done, dp: int = 1, prefilled: bool = False,
                          load_s: np.ndarray | None = None, layers: int = 1, tps: np.ndarray | None = None):
     """Iteration loop of one instance; fills ``ttft`` and ``done`` for ``ids`` (``ids`` sorted by
-    arrival). ``dp``: the layout's attention data parallelism, for the instance's limits
-    (``Engine.instance_limits``); the replicas the table counts (per die) hold the requests
-    (``Replicas``).
+    arrival). ``dp``: the instance's attention data-parallel ranks, counted per die as the engine
+    runs them (``dp_ranks``), for its limits (``Engine.instance_limits``); the replicas the table
+    counts hold the requests (``Replicas``).
     ``prefilled``: requests arrive with their KV cache and first token (a Splitwise token
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here.
     ``load_s``: per request, the load of its hits from slower KV tiers, layer by layer in the
@@ -549,7 +548,7 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
     if longest * per_tok + state > free_kv:
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
                               f"cache but a token instance has {max(free_kv, 0) / 1e9:.2f} GB free")
-    dp = int(np.ravel(tlay.attention_dp)[0])
+    dp = dp_ranks(thw, tlay)
     table = IterationTable.for_requests(model, thw, tlay, dtypes, engine, input_len, output_len)
     by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)
     tps = request_tokens_per_step(engine, len(arrival_s), seed)

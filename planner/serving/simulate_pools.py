@@ -34,6 +34,7 @@ from planner.serving.simulate import (
     IterationTable,
     SimResult,
     _run_instance,
+    dp_ranks,
     group,
     kv_capacity,
     request_tokens_per_step,
@@ -246,6 +247,6 @@ def _table(model, m: Machine, dtypes, engine, input_len, output_len):
     if longest * per_tok + state > free_kv:
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
                               f"cache but a {m.hw.name} instance has {max(free_kv, 0) / 1e9:.2f} GB free")
-    dp = int(np.ravel(m.lay.attention_dp)[0])
+    dp = dp_ranks(m.hw, m.lay)
     table = IterationTable.for_requests(model, m.hw, m.lay, dtypes, engine, input_len, output_len)
     return table, free_kv, per_tok, state, dp
