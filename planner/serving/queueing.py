@@ -228,6 +228,8 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         busiest = chunk * share
         t_pre = np.where(replicated, busiest * marginal + (p - busiest) * g.spread, t_pre)
     t_iter = t_dec + t_pre                     # mean iteration time
+    # a prompt held by the prefill delayer waits that many iterations (the mean and every percentile)
+    hold_s = held * t_iter if np.any(held) else 0.0
     tpot = t_iter if tps == 1 else t_iter / tps   # each iteration yields tps tokens per sequence (x / 1 = x)
     mu = packed / t_packed                     # prompt tokens/s while the prefill queue is busy
     if power or not np.isnan(p_dec).all():
@@ -260,8 +262,6 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
         return Curve(n, rate, tpot_q, {}, {}, rho, wait, power_w, np.maximum(p_chunk, p_dec), mu, n_max, limit,
                      np.atleast_1d(lay.devices), O)
     t_iter = t_iter + hw.efficiency.request_overhead.value   # host time per request (tokenize, admit)
-    # a prompt held by the prefill delayer waits that many iterations (the mean and every percentile)
-    hold_s = held * (t_iter - hw.efficiency.request_overhead.value) if np.any(held) else 0.0
     # a request's own prompt, with its hits from slower KV tiers loading layer by layer alongside
     # (the mean pairs the means, each percentile the percentiles, as the other TTFT terms add up)
     layers = model.num_layers
