@@ -23,7 +23,7 @@ from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout, on_dies
+from planner.perf.parallel import Layout, dp_ranks
 from planner.search import BLOCK, blocks, candidates, map_blocks, steady_heap
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, attainment, interpolate, serving_curve, slo_ok
@@ -296,7 +296,7 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
     avg_w = accelerators * dev_power
     q = {m: {p: at(getattr(sub, m)[p]) for p in (*PERCENTILES, "mean")} for m in ("ttft", "tpot", "e2e")}
     # engine replicas (attention DP ranks) as the engine counts them: one per die of a package
-    replicas = int(np.ravel(on_dies(hw, Layout.of(ev.lay.tp[i], ev.lay.ep[i], ev.lay.pp[i]))[1].attention_dp)[0])
+    replicas = dp_ranks(hw, Layout.of(ev.lay.tp[i], ev.lay.ep[i], ev.lay.pp[i]))
     return Deployment(
         hardware=hw.name, tp=int(ev.lay.tp[i]), ep=int(ev.lay.ep[i]), pp=int(ev.lay.pp[i]),
         weight_dtype=ev.dtypes.weight.value, kv_dtype=ev.dtypes.kv.value, instances=k,

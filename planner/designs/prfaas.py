@@ -35,10 +35,9 @@ from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.memory import kv_cache_bytes_per_token, state_bytes_per_sequence_device
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout, check_layout
+from planner.perf.parallel import Layout, check_layout, dp_ranks
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import multi_server_wait, serving_curve
-from planner.serving.simulate import dp_ranks
 from planner.serving.workload import Workload, length_stats, weighted_quantile
 
 
@@ -286,7 +285,7 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
     prfaas = _metrics("PrfaaS-PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv, link, best_t,
                       n_prefill, n_loc - n_prefill, spec.remote.instances, float(lam[k]),
                       {"prfaas": float(th_remote[ti, 0]), "pd_prefill": float(th_p[ti, npi]),
-                       "pd_decode": float(th_d[0, npi])}, usd_per_h, t_dec)
+                       "pd_decode": float(th_d[0, npi])}, usd_per_h, t_dec, (r_loc, r_rem))
     # homogeneous PD baseline: the same local hardware, no remote cluster
     nb = spec.baseline_instances
     nbp = np.arange(1, nb)
@@ -296,17 +295,19 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
                      None, j + 1, nb - j - 1, 0, float(lam_h[j]),
                      {"pd_prefill": float((j + 1) * r_loc / (w @ t_local)),
                       "pd_decode": float((nb - j - 1) * theta_d_inst)},
-                     usd_per_h, t_dec)
+                     usd_per_h, t_dec, (r_loc, r_rem))
     # naive heterogeneous: every prefill remote, all local instances decode
     th_all = min(spec.remote.instances * r_rem / float(w @ t_remote), bw * spec.max_link_utilization / float(w @ kv))
     naive = _metrics("naive heterogeneous PD", spec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv,
                      link, 0.0, 0, n_loc, spec.remote.instances, min(th_all, n_loc * theta_d_inst),
-                     {"prfaas": th_all, "pd_decode": n_loc * theta_d_inst}, usd_per_h, t_dec)
+                     {"prfaas": th_all, "pd_decode": n_loc * theta_d_inst}, usd_per_h, t_dec, (r_loc, r_rem))
     return (prfaas, homog, naive), {"bs_max": bs_max, "t_decode": t_dec}
 
 
 def _metrics(name, spec: PrfaasSpec, model, dtypes, workload, i, w, t_local, t_remote, xfer, kv, link: Link,
-             threshold, n_p, n_d, n_r, lam, parts, usd_per_h, tpot: float) -> SystemMetrics:
+             threshold, n_p, n_d, n_r, lam, parts, usd_per_h, tpot: float,
+             replicas: tuple[int, int]) -> SystemMetrics:
+    """``replicas``: attention data-parallel replicas per local and per remote instance (``_site_replicas``)."""
     remote = (i > threshold) if threshold is not None else np.zeros(len(i), dtype=bool)
     p = float(w @ remote)
     ttft = np.where(remote, t_remote + xfer, t_local)
@@ -316,7 +317,7 @@ def _metrics(name, spec: PrfaasSpec, model, dtypes, workload, i, w, t_local, t_r
     ca2 = workload.arrival.scv
     queued = ttft.copy()
     # every attention data-parallel replica of an instance is a server of its own
-    servers_p, servers_r = n_p * _site_replicas(model, spec.local), n_r * _site_replicas(model, spec.remote)
+    servers_p, servers_r = n_p * replicas[0], n_r * replicas[1]
     for mask, servers, times in ((~remote, servers_p, t_local), (remote, servers_r, t_remote)):
         share = float(w @ mask)
         if share > 0 and servers > 0:

@@ -80,6 +80,12 @@ def on_dies(hw: HardwareProfile, lay: Layout) -> tuple[HardwareProfile, Layout]:
     return hw.per_die(), Layout.of(tp, ep, lay.pp)
 
 
+def dp_ranks(hw: HardwareProfile, lay: Layout) -> int:
+    """Attention data-parallel replicas of a one-layout instance, counted as the engine does: per
+    die on a multi-die package (``on_dies``)."""
+    return int(np.ravel(on_dies(hw, lay)[1].attention_dp)[0])
+
+
 def die_layout_problems(model: ModelSpec, hw: HardwareProfile, lay: Layout) -> np.ndarray:
     """``layout_problems`` on ``hw``: over packages, and where those hold, over the dies of a
     multi-die package (``on_dies``), said in packages - a layout valid over packages may split

@@ -254,13 +254,13 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
                        np.asarray(op.mem_bytes, float) / hw.memory.bandwidth.value)
     bound = np.ravel(t.bound)[0]
     if op.kind in COMM_KINDS:
-        bw = link_of(hw, op.group)[0] / np.where(np.asarray(op.group) <= hw.domain_size,
-                                                 hw.efficiency.scale_up.value, hw.efficiency.scale_out.value)
-        shape = 2.0 if op.kind is OpKind.all_reduce else 1.0
         g = np.asarray(op.group, float)
         if op.kind is OpKind.all_to_all:    # the EP transfer itself (hierarchical across domains)
             ideal = _comm_time(hw, op, dtypes, ideal=True)
-        else:
+        else:                               # the ring's bytes at the link's nameplate rate
+            bw = link_of(hw, op.group)[0] / np.where(np.asarray(op.group) <= hw.domain_size,
+                                                     hw.efficiency.scale_up.value, hw.efficiency.scale_out.value)
+            shape = 2.0 if op.kind is OpKind.all_reduce else 1.0
             ideal = shape * (g - 1) / np.maximum(g, 1) * np.asarray(op.comm_bytes, float) / bw
         link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
         extra = (", FP8 dispatch" if eff.fp8_dispatch and op.name.endswith("dispatch") else "")

@@ -35,7 +35,7 @@ from planner.perf.memory import (
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout, on_dies
+from planner.perf.parallel import Layout, dp_ranks
 from planner.serving.batching import Engine, iteration
 
 
@@ -145,12 +145,6 @@ def replica_budget(budget_total: int, ranks: int) -> float:
     instance's budget (SGLang divides --chunked-prefill-size by the DP size under DP attention,
     and --max-prefill-tokens is each DP scheduler's own); no limit without replicas."""
     return float(max(1, budget_total // ranks)) if ranks > 1 else np.inf
-
-
-def dp_ranks(hw: HardwareProfile, lay: Layout) -> int:
-    """Attention data-parallel replicas of an instance, counted as the engine does: per die on a
-    multi-die package (``perf.parallel.on_dies``)."""
-    return int(np.ravel(on_dies(hw, lay)[1].attention_dp)[0])
 
 
 def _steady_throughput(arrival_s: np.ndarray, done: np.ndarray, warmup_frac: float) -> float:
