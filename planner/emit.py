@@ -117,13 +117,18 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         # what the whole instance admits, as the planner assumed it (engine.limits_scope), over its
         # engine ranks (one per die)
         instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp)[1],
-        chunked=scn.engine.chunked_prefill, delay_passes=scn.engine.prefill_delay_passes)
+        chunked=scn.engine.chunked_prefill, mixed=scn.engine.mixed_prefill,
+        delay_passes=scn.engine.prefill_delay_passes)
 
 
 def _no_delayer(p: dict, engine: str) -> None:
+    """vLLM and TensorRT-LLM have neither SGLang's prefill delayer nor its prompts-only iterations."""
     if p["delay_passes"] and p["rank_dp"] > 1:
         raise InputError(f"{engine} has no prefill delayer, which the plan assumed (engine.prefill_delay_passes: "
                          f"{p['delay_passes']}); emit sglang, or plan with prefill_delay_passes: 0")
+    if p["chunked"] and not p["mixed"]:
+        raise InputError(f"{engine} runs the decodes in the iterations of its prompt chunks, the plan assumed they "
+                         f"wait (engine.mixed_prefill: false); emit sglang, or plan with mixed_prefill: true")
 
 
 def vllm_args(p: dict) -> list[str]:
@@ -160,6 +165,8 @@ def sglang_args(p: dict) -> list[str]:
     args += ["--mem-fraction-static", f"{p['mem_util']:g}", "--max-running-requests", str(p["instance_seqs"])]
     if p["chunked"]:
         args += ["--chunked-prefill-size", str(p["instance_tokens"])]
+        if p["mixed"]:               # decodes in the prompt iterations, as planned (engine.mixed_prefill)
+            args += ["--enable-mixed-chunk"]
     if b.kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])

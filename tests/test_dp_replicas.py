@@ -262,3 +262,50 @@ def test_the_analytic_prefill_delayer_trades_ttft_for_tpot():
         assert np.all(on.tpot["mean"] <= off.tpot["mean"] * (1 + 1e-12))
         assert np.all(on.ttft["mean"] >= off.ttft["mean"] * (1 - 1e-12))
         assert np.any(on.tpot["mean"] < 0.95 * off.tpot["mean"]) == changes
+
+
+@pytest.mark.parametrize("simulator", ["python", "numba"])
+def test_in_sglang_iterations_only_the_replica_that_prefills_holds_its_decodes(simulator):
+    """SGLang runs a prompt iteration without the decodes (no --enable-mixed-chunk); with attention
+    replicas the others decode in it all the same. Eight replicas each decode one request; a ninth
+    request's prompt lands on replica 0: with mixed_prefill False its request ends one step after
+    the seven others (which end together), and with the engine that mixes (vLLM) all eight end
+    together. Without replicas every decode waits: the eight end one step later than mixed."""
+    pytest.importorskip("numba") if simulator == "numba" else None
+    lay = Layout.of(1, 8, 1)
+    arrival = np.zeros(9)
+    arrival[8] = 1e-6
+    inp, out = np.full(9, 64), np.full(9, 400)
+    inp[8] = 2000
+    e2e = {}
+    for mixed in (True, False):
+        e = Engine(dp_balance="round_robin", mixed_prefill=mixed, simulator=simulator)
+        e2e[mixed] = simulate(M, HW, lay, FP8, e, arrival, inp, out, warmup_frac=0.0).e2e_s
+    assert np.ptp(e2e[True][:8]) == pytest.approx(0.0, abs=1e-12)
+    assert np.ptp(e2e[False][1:8]) == pytest.approx(0.0, abs=1e-12)
+    assert e2e[False][0] > e2e[False][1] * (1 + 1e-6)
+    assert e2e[False][0] - e2e[False][1] == pytest.approx(e2e[False][1] / 400, rel=0.5)   # about one step
+    flat = Layout.of(8, 1, 1)
+    ends = {mixed: simulate(M, HW, flat, FP8, Engine(mixed_prefill=mixed, simulator=simulator), arrival, inp, out,
+                            warmup_frac=0.0).e2e_s[:8] for mixed in (True, False)}
+    assert np.all(ends[False] > ends[True])
+
+
+def test_the_analytic_curve_charges_sglang_decodes_the_whole_prompt_iteration():
+    """``queueing``: with prompts in iterations of their own (mixed_prefill False, one replica) a
+    decoding sequence waits for the whole prompt iteration, not its marginal cost on top of the
+    decodes: TPOT no lower than the mixed engine's at every load and higher once prompts flow, and
+    the curve is the one of an engine without chunked prefill at the same budget. With attention
+    replicas the others decode in that iteration, which the curve keeps as the mixed one."""
+    from planner.serving.queueing import serving_curve
+    from planner.serving.workload import length_stats
+
+    st = length_stats(Workload(rate=1.0, input=Fixed(value=2000), output=Fixed(value=200)))
+    lay = Layout.of(np.array([8, 1]), np.array([1, 8]), np.array([1, 1]))        # TP 8; DP 8
+    tpot = {mixed: serving_curve(M, HW, lay, FP8, Engine(mixed_prefill=mixed, max_batched_tokens=4096), st,
+                                 power=False).tpot["mean"] for mixed in (True, False)}
+    assert np.all(tpot[False][0] >= tpot[True][0] * (1 - 1e-12)) and np.any(tpot[False][0] > 1.05 * tpot[True][0])
+    assert np.array_equal(tpot[False][1], tpot[True][1])
+    lumpy = serving_curve(M, HW, lay, FP8, Engine(chunked_prefill=False, max_batched_tokens=4096), st,
+                          power=False).tpot["mean"]
+    assert np.allclose(tpot[False][0], lumpy[0], rtol=1e-12)

@@ -24,8 +24,8 @@ VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-s
 # SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html; the prefill
 # delayer's two from python/sglang/srt/server_args.py (enable_prefill_delayer, prefill_delayer_max_delay_passes)
 SGLANG = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--mem-fraction-static",
-          "--max-running-requests", "--chunked-prefill-size", "--kv-cache-dtype", "--quantization",
-          "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes"}
+          "--max-running-requests", "--chunked-prefill-size", "--enable-mixed-chunk", "--kv-cache-dtype",
+          "--quantization", "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes"}
 # trtllm-serve options, https://nvidia.github.io/TensorRT-LLM/0.18.2/commands/trtllm-serve.html (+ --ep_size)
 TRTLLM = {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
           "--kv_cache_free_gpu_memory_fraction"}
@@ -178,3 +178,24 @@ def test_the_prefill_delayer_reaches_sglang_only(tmp_path):
         r = runner.invoke(app, ["plan", str(p), "--emit", engine, str(tmp_path / engine)])
         assert r.exit_code != 0 and "prefill delayer" in r.output + (r.stderr or "")
         assert "Traceback" not in r.output
+
+
+def test_sglang_is_launched_with_the_iterations_the_plan_assumed(tmp_path):
+    """The planner's default engine runs decodes in its prompt-chunk iterations (vLLM's way), which
+    SGLang does only with --enable-mixed-chunk; a plan with mixed_prefill: false (SGLang's default
+    scheduling) launches SGLang without it, and vLLM and TensorRT-LLM, which always mix, refuse it."""
+    _, out = _plan(tmp_path, _write(tmp_path, "mixed.yaml", MOE), "sglang")
+    assert "--enable-mixed-chunk" in _flags(_command(out / "sglang.sh"))
+    p = _write(tmp_path, "alone.yaml", MOE + "engine: {mixed_prefill: false}\n")
+    _, out = _plan(tmp_path, p, "sglang")
+    assert "--enable-mixed-chunk" not in _flags(_command(out / "sglang.sh"))
+    for engine in ("vllm", "trtllm"):
+        r = runner.invoke(app, ["plan", str(p), "--emit", engine, str(tmp_path / engine)])
+        assert r.exit_code != 0 and "mixed_prefill" in r.output + (r.stderr or "")
+        assert "Traceback" not in r.output
+
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p

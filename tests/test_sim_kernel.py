@@ -66,6 +66,8 @@ CASES = {
     "small_budget": (Layout.of(8, 1, 1), DTypes(), {"max_batched_tokens": 512, "max_num_seqs": 8}, CONV, 2.0, 300),
     # prefill-first at the sequence limit: waiting prompts that cannot be admitted let the decodes run
     "lumpy_full": (Layout.of(8, 1, 1), DTypes(), {"chunked_prefill": False, "max_num_seqs": 8}, CONV, 5.0, 300),
+    # SGLang's scheduling: prompt chunks in iterations of their own, the decodes waiting
+    "unmixed": (Layout.of(8, 1, 1), DTypes(), {"mixed_prefill": False, "max_batched_tokens": 2048}, CONV, 3.0, 500),
 }
 
 
@@ -215,13 +217,16 @@ def test_numba_stays_off_the_cli_import_path():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("balance", ["round_robin", "least_loaded"])
+@pytest.mark.parametrize("balance", ["round_robin", "least_loaded", "unmixed"])
 def test_attention_replicas_kernel_equals_reference(balance, fast):
     """Attention data parallelism (gpt-oss-120b, tp 1 ep 8 = 8 replicas): requests placed on
-    replicas, the step looked up at the busiest one's skew, with MTP spread and preemption."""
+    replicas, the step looked up at the busiest one's skew, with MTP spread and preemption; unmixed:
+    SGLang's prompts-only iterations, where only the replicas that prefill hold their decodes."""
     m = planner.model("gpt-oss-120b")
     a, i, o = LONG.with_rate(40.0).sample(300, 5)
     knobs = {"dp_balance": balance, "mtp_tokens": 2, "mtp_acceptance": 0.7, "max_num_seqs": 64}
+    if balance == "unmixed":
+        knobs |= {"dp_balance": "round_robin", "mixed_prefill": False, "max_batched_tokens": 4096}
     ref = simulate(m, HW, Layout.of(1, 8, 1), FP8, Engine(simulator="python", **knobs), a, i, o, seed=2)
     got = simulate(m, HW, Layout.of(1, 8, 1), FP8, Engine(simulator=fast, **knobs), a, i, o, seed=2)
     _same(ref, got)

@@ -72,6 +72,7 @@ class Framework(Frozen):
     kv_reservation: KvReservation | None = None
     limits_scope: LimitsScope | None = None   # engine limits per attention-DP replica or for the instance
     dp_balance: DpBalance | None = None       # how requests are placed on attention-DP replicas
+    mixed_prefill: Switch | None = None       # decodes ride in prompt iterations (Engine.mixed_prefill)
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
 
     @field_validator("ep_bulk")
@@ -99,6 +100,8 @@ class Framework(Frozen):
             knobs["limits_scope"] = self.limits_scope.value
         if self.dp_balance:
             knobs["dp_balance"] = self.dp_balance.value
+        if self.mixed_prefill:
+            knobs["mixed_prefill"] = self.mixed_prefill.value
         return Engine(**knobs)
 
     def _capped_formats(self, hw: HardwareProfile, eff) -> dict[DType, Fraction]:

@@ -50,6 +50,11 @@ class Engine(Frozen):
         return v
 
     chunked_prefill: bool = True
+    mixed_prefill: bool = Field(
+        True, description="decodes ride in the iterations that run prompt chunks (vLLM V1, TensorRT-LLM); False: "
+        "an iteration that runs prompts runs only prompts, up to the token budget, and the sequences decoding on "
+        "the replicas that prefill wait for it (SGLang without --enable-mixed-chunk: its scheduler runs a prefill "
+        "batch alone whenever one is ready)")
     max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
     max_num_seqs: int = Field(1024, ge=1, description="most sequences decoding at once")
     kv_reservation: Literal["on_demand", "full_length"] = Field(

@@ -135,6 +135,8 @@ class LoadGrid:
     # prompts go to other replicas, which prefill them side by side); NaN without replicas
     spread: np.ndarray | float = np.nan
     replicas: np.ndarray | float = 1.0   # attention data-parallel replicas per instance (candidates, 1)
+    # prompts run in iterations of their own, the decodes waiting (``prompts_alone``): bool or (candidates, 1)
+    alone: np.ndarray | bool = False
 
 
 def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
@@ -157,15 +159,22 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
     room = C - n * verify                      # budget left by the decodes
-    chunk = np.minimum(np.maximum(room, 1.0), Lp) if engine.chunked_prefill else np.minimum(C, Lp) + 0 * n
+    alone = prompts_alone(engine, ranks)        # prompts in iterations of their own (bool or (candidates, 1))
+    mixed_chunk = np.minimum(np.maximum(room, 1.0), Lp)
+    chunk = mixed_chunk if alone is False else np.minimum(C, Lp) + 0 * n if alone is True \
+        else np.where(alone, np.minimum(C, Lp), mixed_chunk)
     # While prompts queue, the engine packs as many as its budget holds into each iteration: that,
     # not one prompt per iteration, is the prefill server's capacity (it matters for short prompts).
-    packed = np.maximum(room, chunk) if engine.chunked_prefill else np.maximum(C, chunk) + 0 * n
+    packed = np.maximum(np.where(alone, C, room), chunk) if alone is not False else np.maximum(room, chunk)
     busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
     # three iterations per point, (candidates, 3, grid): decodes alone, with a chunk, packed; with
     # chunked prefill all three carry the same decodes, so their operators are built once (axis 1
     # broadcasts) - the same values as three separate calls
-    dec = busy_n[:, None, :] if engine.chunked_prefill else np.stack([busy_n, 0 * n, 0 * n], axis=1)
+    if alone is False:
+        dec = busy_n[:, None, :]
+    else:
+        with_prompt = np.where(alone, 0.0, busy_n) if alone is not True else 0 * n
+        dec = np.stack([busy_n, with_prompt, with_prompt], axis=1)
     # with attention data parallelism a prompt is prefilled on one replica (``Step.replica_tokens``)
     # at most its share of the budget per iteration (SGLang: --chunked-prefill-size / dp): a lone
     # lump is that share of one prompt, all its replica's; a packed iteration fills every share
@@ -181,11 +190,25 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     p_dec, p_chunk = it.power_w[:, 0], it.power_w[:, 1]
     spread, replicas = np.nan, 1.0
     if np.any(ranks > 1):
-        side = (t_packed - t_dec if engine.chunked_prefill else t_packed) / packed
+        side = np.where(alone, t_packed, t_packed - t_dec) / packed
         replicas = np.reshape(ranks, (-1, 1)).astype(float)
         spread = np.where(replicas > 1, side, np.nan)
     return LoadGrid(n, n_max, np.atleast_1d(limit), chunk, packed, t_dec, t_chunk, t_packed, p_dec, p_chunk, spread,
-                    replicas)
+                    replicas, alone)
+
+
+def prompts_alone(engine: Engine, ranks) -> bool | np.ndarray:
+    """Whether an iteration that runs prompts runs nothing else, the decodes waiting for it: without
+    chunked prefill, or on an engine that does not mix them (``Engine.mixed_prefill``: SGLang). Per
+    candidate where that depends on its attention replicas (``ranks``, (candidates, 1, 1)): with
+    replicas, those without a prompt decode in the same iteration, which the curve keeps as the
+    mixed iteration (the replica that prefills holds its own decodes: a 1 / dp share the simulator
+    has and the curve leaves out)."""
+    if not engine.chunked_prefill:
+        return True
+    if engine.mixed_prefill:
+        return False
+    return np.reshape(np.asarray(ranks), (-1, 1)) <= 1
 
 
 def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
@@ -204,7 +227,9 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     I, O = stats.mean_prefill, stats.mean_output  # noqa: E741
     tps = engine.speculation.tokens_per_step   # tokens yielded per sequence per iteration
     p = n * tps * I / O                        # prompt tokens per iteration, on average
-    marginal = (t_chunk - t_dec if engine.chunked_prefill else t_chunk) / chunk   # s per prompt token
+    alone = g.alone
+    marginal = (t_chunk - t_dec if alone is False else t_chunk if alone is True
+                else np.where(alone, t_chunk, t_chunk - t_dec)) / chunk   # s per prompt token
     t_pre = p * marginal                       # prompt work per iteration
     held = 0.0                                 # iterations a prompt waits for the prefill delayer
     replicated = np.isfinite(g.spread)         # candidates with attention data-parallel replicas

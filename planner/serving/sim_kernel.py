@@ -242,6 +242,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         delay_passes = 0
     delayed = 0                                # passes the prompts have been held back in a row
     has_prompt = np.zeros(max(ranks, 1), np.bool_)   # replicas with a prompt to start (PrefillDelayer)
+    busy = np.zeros(max(ranks, 1), np.bool_)         # replicas prefilling in a prompts-only iteration
+    run_go = np.empty(cap)                     # tokens each sequence gains in such an iteration
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
     n_run = 0
@@ -293,6 +295,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     if ready == ranks:
                         break
             held_back = ready > 0 and ready < ranks and delayed < delay_passes - 1
+        # prompts run in iterations of their own (``chunked`` False: no chunked prefill, or an engine
+        # that does not mix decodes into them), where the decodes of the replicas that prefill wait
         prefill_only = (not chunked) and count > 0 and not held_back
         budget = budget_total if prefill_only else budget_total - n_dec * verify
         n_ch, seqs, p_tokens = 0, n_dec, 0
@@ -326,6 +330,18 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             seqs += 1
         if n_ch == 0:
             prefill_only = False               # nothing admissible: the decodes go on
+        paused, n_go, top = False, 0, 0        # some replicas prefill, the others decode
+        if prefill_only and ranks > 1 and n_dec > 0:
+            busy[:] = False
+            for q in range(n_ch):
+                busy[rank_of[ch_id[q]]] = True
+            for j in range(ranks):
+                if not busy[j]:
+                    n_go += decoding[j]
+                    top = max(top, decoding[j])
+            if n_go > 0:
+                prefill_only = False
+                paused = n_go < n_dec
         loading = 0.0
         for q in range(n_ch):
             loading += to_load[ch_id[q]]
@@ -337,6 +353,19 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         steps = 1
         if prefill_only:
             tau, watts = lookup(axes, geo, t_grid, w_grid, 0.0, 16.0, float(p_tokens))
+        elif paused:                           # the step of the replicas that decode, with the prompts
+            m = 0
+            for q in range(n_run):
+                if not busy[rank_of[run_id[q]]]:
+                    buf[m] = run_ctx[q]
+                    m += 1
+            skew = top * ranks / n_go
+            ctx_go = pairwise_sum(buf, 0, n_go) / n_go
+            if skew == 1.0:
+                tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_go), ctx_go, float(p_tokens))
+            else:
+                tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_go),
+                                           ctx_go, float(p_tokens), skew)
         else:
             ctx_mean = ctx_sum / n_dec if n_dec else 16.0
             skew = skew_of(decoding, ranks, n_dec) if ranks > 1 else 1.0
@@ -367,9 +396,31 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         iters += steps
         # ---- decode progress ----
         n_pre = 0                               # requests preempted in this iteration
+        gained = tps_sum                        # tokens the batch gains per step
         if n_dec and not prefill_only:
             n_fin, m = 0, 0
-            if uniform and least - steps * unit > 1e-9:   # nobody ends (x - gain is monotone in x)
+            if paused:                          # the sequences of the replicas that prefill hold
+                least = math.inf
+                for q in range(n_run):
+                    run_go[q] = 0.0 if busy[rank_of[run_id[q]]] else run_tps[q]
+                gained = pairwise_sum(run_go, 0, n_run)
+                for q in range(n_run):
+                    r = run_id[q]
+                    gain = steps * run_go[q]
+                    left = run_left[q] - gain
+                    ctx = run_ctx[q] + gain
+                    gen = run_gen[q] + gain
+                    if left <= 1e-9:
+                        generated[r] = gen
+                        fin_id[n_fin] = r
+                        buf[n_fin] = ctx
+                        fin_tps[n_fin] = run_tps[q]
+                        n_fin += 1
+                    else:
+                        run_id[m], run_left[m], run_ctx[m], run_gen[m], run_tps[m] = r, left, ctx, gen, run_tps[q]
+                        least = min(least, left / (1.0 if uniform else run_tps[q]))
+                        m += 1
+            elif uniform and least - steps * unit > 1e-9:   # nobody ends (x - gain is monotone in x)
                 gain = steps * unit
                 for q in range(n_run):          # three plain loops: vectorized when compiled
                     run_left[q] -= gain
@@ -417,9 +468,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                         least = min(least, left / run_tps[q])
                         m += 1
             n_run = m
-            ctx_sum += steps * tps_sum
+            ctx_sum += steps * gained
             if not reserve_all:
-                kv_used += tps_sum * per_tok * steps
+                kv_used += gained * per_tok * steps
             if n_fin:
                 for q in range(n_fin):
                     r = fin_id[q]

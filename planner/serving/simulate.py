@@ -267,7 +267,7 @@ def _run_instance(ids, arrival_s, input_len, output_len, prefix_hit, engine: Eng
     energy, preempt, iters, end, status = run(
         np.ascontiguousarray(arrival_s[ids], dtype=float), need, input_len[ids].astype(np.int64),
         output_len[ids].astype(np.int64), prefilled, budget, max_seqs,
-        engine.chunked_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
+        engine.chunked_prefill and engine.mixed_prefill, engine.kv_reservation == "full_length", 1 + engine.mtp_tokens,
         tps_local, float(kv_free), float(per_tok), float(state), table.axes_grid,
         table.geo, table.t_grid, table.w_grid, to_load, int(layers), t_local, d_local, table.dp_ranks,
         engine.dp_balance == "round_robin", table.t2_grid, table.w2_grid, table.SKEW, engine.prefill_delay_passes)
@@ -290,6 +290,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     iteration that starts its prompt (``exposed_prefill_s``: the iteration waits for it).
     ``tps``: tokens each request (local index) gains per decode iteration; default 1."""
     (max_seqs, budget_total), chunked = engine.instance_limits(dp), engine.chunked_prefill
+    mixed = engine.mixed_prefill
     reserve_all = engine.kv_reservation == "full_length"
     # with speculative decoding a decoding sequence verifies 1 + k tokens per iteration and gains
     # tps[r] of them, its own acceptance length (progress in expectation: token counts are floats)
@@ -361,8 +362,10 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             ready = len({rep.of[r] for r in waiting if remaining_prefill[r] and (admitted[r] or active[rep.of[r]]
                                                                                  < rep.per_rank)})
             held_back = 0 < ready < rep.ranks and delayed < delay_passes - 1
-        prefill_only = (not chunked) and bool(waiting) and not held_back
-        budget = budget_total if prefill_only else budget_total - n_dec * verify
+        # prompts run in iterations of their own (no chunked prefill, or an engine that does not mix
+        # decodes into them: SGLang), where the decodes of the replicas that prefill wait
+        alone = (not chunked or not mixed) and bool(waiting) and not held_back
+        budget = budget_total if alone else budget_total - n_dec * verify
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
         unspent = [share] * rep.ranks if rep.ranks > 1 else None   # each replica's share of the budget
@@ -387,7 +390,13 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             chunk.append((r, take))
             budget -= take
             seqs += 1
-        prefill_only = prefill_only and bool(chunk)   # nothing admissible: the decodes go on
+        prefill_only, go = alone and bool(chunk), None   # nothing admissible: the decodes go on
+        if prefill_only and rep.ranks > 1 and n_dec:
+            # attention replicas: those without a prompt this iteration decode in it all the same
+            busy = {rep.of[r] for r, _ in chunk}
+            go = np.fromiter((rep.of[r] not in busy for r in run_id), bool, n_dec)
+            prefill_only = not go.any()
+            go = None if prefill_only or go.all() else go
         p_tokens = sum(t for _, t in chunk)
         loading = 0.0 if to_load is None else sum(to_load[r] for r, _ in chunk)   # once, by a first chunk
         if p_tokens == 0 and n_dec == 0:
@@ -398,6 +407,10 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         steps = 1
         if prefill_only:
             tau, watts = table(0, 16.0, p_tokens)
+        elif go is not None:                # the step of the replicas that decode, with the prompts
+            n_go = int(go.sum())
+            top = max(d for j, d in enumerate(decoding) if j not in busy)
+            tau, watts = table(n_go, float(run_ctx[go].sum()) / n_go, p_tokens, top * rep.ranks / n_go)
         else:
             ctx_mean = ctx_sum / n_dec if n_dec else 16.0
             skew = rep.skew(n_dec)
@@ -425,14 +438,15 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         iters += steps
         # ---- decode progress ----
         if n_dec and not prefill_only:
-            run_tps = tps[run_id]
+            run_tps = tps[run_id] if go is None else np.where(go, tps[run_id], 0.0)
+            gained = tps_sum if go is None else float(run_tps.sum())   # tokens the batch gains per step
             gain = steps * run_tps
             run_left -= gain
             run_ctx += gain
-            ctx_sum += steps * tps_sum
+            ctx_sum += steps * gained
             generated[run_id] += gain
             if not reserve_all:
-                kv_used += tps_sum * per_tok * steps
+                kv_used += gained * per_tok * steps
             fin = run_left <= 1e-9
             if fin.any():
                 for r in run_id[fin]:
@@ -444,7 +458,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 finished += int(fin.sum())
                 keep = ~fin
                 ctx_sum -= float(run_ctx[fin].sum())
-                tps_sum -= float(run_tps[fin].sum())
+                tps_sum -= float(tps[run_id[fin]].sum())
                 run_id, run_left, run_ctx = run_id[keep], run_left[keep], run_ctx[keep]
             while kv_used > kv_free and len(run_id):          # preempt the newest, recompute later
                 r = int(run_id[-1])
