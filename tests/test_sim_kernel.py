@@ -217,7 +217,7 @@ def test_numba_stays_off_the_cli_import_path():
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("balance", ["round_robin", "least_loaded", "unmixed"])
+@pytest.mark.parametrize("balance", ["round_robin", "least_loaded", "unmixed", "unmixed_uniform"])
 def test_attention_replicas_kernel_equals_reference(balance, fast):
     """Attention data parallelism (gpt-oss-120b, tp 1 ep 8 = 8 replicas): requests placed on
     replicas, the step looked up at the busiest one's skew, with MTP spread and preemption; unmixed:
@@ -225,8 +225,10 @@ def test_attention_replicas_kernel_equals_reference(balance, fast):
     m = planner.model("gpt-oss-120b")
     a, i, o = LONG.with_rate(40.0).sample(300, 5)
     knobs = {"dp_balance": balance, "mtp_tokens": 2, "mtp_acceptance": 0.7, "max_num_seqs": 64}
-    if balance == "unmixed":
+    if balance.startswith("unmixed"):
         knobs |= {"dp_balance": "round_robin", "mixed_prefill": False, "max_batched_tokens": 4096}
+    if balance == "unmixed_uniform":                 # every sequence gains one token per step
+        knobs |= {"mtp_tokens": 0, "mtp_acceptance": 0.0}
     ref = simulate(m, HW, Layout.of(1, 8, 1), FP8, Engine(simulator="python", **knobs), a, i, o, seed=2)
     got = simulate(m, HW, Layout.of(1, 8, 1), FP8, Engine(simulator=fast, **knobs), a, i, o, seed=2)
     _same(ref, got)

@@ -399,28 +399,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         gained = tps_sum                        # tokens the batch gains per step
         if n_dec and not prefill_only:
             n_fin, m = 0, 0
-            if paused:                          # the sequences of the replicas that prefill hold
-                least = math.inf
-                for q in range(n_run):
-                    run_go[q] = 0.0 if busy[rank_of[run_id[q]]] else run_tps[q]
-                gained = pairwise_sum(run_go, 0, n_run)
-                for q in range(n_run):
-                    r = run_id[q]
-                    gain = steps * run_go[q]
-                    left = run_left[q] - gain
-                    ctx = run_ctx[q] + gain
-                    gen = run_gen[q] + gain
-                    if left <= 1e-9:
-                        generated[r] = gen
-                        fin_id[n_fin] = r
-                        buf[n_fin] = ctx
-                        fin_tps[n_fin] = run_tps[q]
-                        n_fin += 1
-                    else:
-                        run_id[m], run_left[m], run_ctx[m], run_gen[m], run_tps[m] = r, left, ctx, gen, run_tps[q]
-                        least = min(least, left / (1.0 if uniform else run_tps[q]))
-                        m += 1
-            elif uniform and least - steps * unit > 1e-9:   # nobody ends (x - gain is monotone in x)
+            if uniform and not paused and least - steps * unit > 1e-9:   # nobody ends (x - gain is monotone in x)
                 gain = steps * unit
                 for q in range(n_run):          # three plain loops: vectorized when compiled
                     run_left[q] -= gain
@@ -430,7 +409,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     run_gen[q] += gain
                 least -= gain
                 m = n_run
-            elif uniform:                       # one pass: progress, and the batch compacted past the ended
+            elif uniform and not paused:        # one pass: progress, and the batch compacted past the ended
                 least = math.inf
                 gain = steps * unit
                 for q in range(n_run):
@@ -449,11 +428,17 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                         least = min(least, left)
                         m += 1
             else:   # the same pass, each sequence at its own tokens per iteration: numba does not unswitch
-                    # one loop on `uniform`, which cost the colocated benchmark ~8%
+                    # one loop on `uniform`, which cost the colocated benchmark ~8%; none for the
+                    # sequences of the replicas that prefill in a prompts-only iteration (paused)
                 least = math.inf
+                if paused:
+                    for q in range(n_run):
+                        run_go[q] = 0.0 if busy[rank_of[run_id[q]]] else run_tps[q]
+                    gained = pairwise_sum(run_go, 0, n_run)
+                rate = run_go if paused else run_tps
                 for q in range(n_run):
                     r = run_id[q]
-                    gain = steps * run_tps[q]
+                    gain = steps * rate[q]
                     left = run_left[q] - gain
                     ctx = run_ctx[q] + gain
                     gen = run_gen[q] + gain
@@ -467,6 +452,8 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                         run_id[m], run_left[m], run_ctx[m], run_gen[m], run_tps[m] = r, left, ctx, gen, run_tps[q]
                         least = min(least, left / run_tps[q])
                         m += 1
+                if uniform:                     # the uniform branches keep the fewest tokens left
+                    least *= unit
             n_run = m
             ctx_sum += steps * gained
             if not reserve_all:
