@@ -8,7 +8,8 @@ candidate), which gives everything else explicitly, with no inner solve:
   tokens must be prefilled per iteration on average;
 * TPOT(n) = time of a decode iteration of ``n`` sequences plus the prefill time they wait for:
   ``p`` tokens at the marginal cost of a prompt-sized chunk (prompts arrive in compute-bound
-  lumps, mixed into the iteration with chunked prefill or run before it without); with
+  lumps, mixed into the iteration with chunked prefill or run before it without, or on an engine
+  that does not mix them: SGLang, ``Engine.mixed_prefill``); with
   speculative decoding an iteration verifies ``1 + k`` tokens per sequence, runs ``k`` draft
   passes and yields ``tps`` tokens, so TPOT is the iteration time over ``tps``;
 * Little's law: the request rate this sustains is ``lambda(n) = n / (E[O] TPOT(n))``;

@@ -3,8 +3,10 @@ iteration (the granularity at which vLLM/SGLang/TensorRT-LLM schedule).
 
 Each iteration: arrivals join the waiting queue; the scheduler keeps every running sequence
 decoding (one token each) and fills the rest of the token budget with prompt chunks, FCFS
-(chunked prefill), or, without chunked prefill, runs waiting prompts in an iteration of their own
-before resuming decodes (prefill-first). A request is admitted only if its prompt's KV fits;
+(chunked prefill), or, without chunked prefill or on an engine that does not mix decodes into
+prompt iterations (SGLang: ``Engine.mixed_prefill``), runs waiting prompts in an iteration of their
+own before resuming decodes (prefill-first; with attention replicas only the replicas that prefill
+hold their decodes). A request is admitted only if its prompt's KV fits;
 when decode growth overflows the KV pool the newest running request is preempted and later
 recomputed (vLLM's recompute policy). With attention data parallelism each request lives on one
 replica, which takes at most its share of the budget per iteration and prefills its prompts alone
