@@ -121,7 +121,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         delay_passes=scn.engine.prefill_delay_passes)
 
 
-def _no_delayer(p: dict, engine: str) -> None:
+def _sglang_only(p: dict, engine: str) -> None:
     """vLLM and TensorRT-LLM have neither SGLang's prefill delayer nor its prompts-only iterations."""
     if p["delay_passes"] and p["rank_dp"] > 1:
         raise InputError(f"{engine} has no prefill delayer, which the plan assumed (engine.prefill_delay_passes: "
@@ -133,7 +133,7 @@ def _no_delayer(p: dict, engine: str) -> None:
 
 def vllm_args(p: dict) -> list[str]:
     b = p["b"]
-    _no_delayer(p, "vLLM")
+    _sglang_only(p, "vLLM")
     args = ["--tensor-parallel-size", str(p["rank_tp"]), "--pipeline-parallel-size", str(b.pp)]
     if b.ep > 1:
         if b.ep != p["stage"]:
@@ -174,7 +174,7 @@ def sglang_args(p: dict) -> list[str]:
 
 def trtllm_args(p: dict) -> list[str]:
     b = p["b"]
-    _no_delayer(p, "TensorRT-LLM")
+    _sglang_only(p, "TensorRT-LLM")
     return ["--tp_size", str(p["stage"]), "--pp_size", str(b.pp), "--ep_size", str(b.ep),
             "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(-(-p["instance_tokens"] // p["dp"])),
             "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}"]

@@ -161,12 +161,11 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.
     room = C - n * verify                      # budget left by the decodes
     alone = prompts_alone(engine, ranks)        # prompts in iterations of their own (bool or (candidates, 1))
-    mixed_chunk = np.minimum(np.maximum(room, 1.0), Lp)
-    chunk = mixed_chunk if alone is False else np.minimum(C, Lp) + 0 * n if alone is True \
-        else np.where(alone, np.minimum(C, Lp), mixed_chunk)
+    # a prompt alone takes up to the whole budget, one with the decodes what they leave
+    chunk = np.where(alone, np.minimum(C, Lp), np.minimum(np.maximum(room, 1.0), Lp))
     # While prompts queue, the engine packs as many as its budget holds into each iteration: that,
     # not one prompt per iteration, is the prefill server's capacity (it matters for short prompts).
-    packed = np.maximum(np.where(alone, C, room), chunk) if alone is not False else np.maximum(room, chunk)
+    packed = np.maximum(np.where(alone, C, room), chunk)
     busy_n = np.maximum(n, 1.0)                 # an iteration runs at least one sequence
     # three iterations per point, (candidates, 3, grid): decodes alone, with a chunk, packed; with
     # chunked prefill all three carry the same decodes, so their operators are built once (axis 1
@@ -174,7 +173,7 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     if alone is False:
         dec = busy_n[:, None, :]
     else:
-        with_prompt = np.where(alone, 0.0, busy_n) if alone is not True else 0 * n
+        with_prompt = np.where(alone, 0.0, busy_n)
         dec = np.stack([busy_n, with_prompt, with_prompt], axis=1)
     # with attention data parallelism a prompt is prefilled on one replica (``Step.replica_tokens``)
     # at most its share of the budget per iteration (SGLang: --chunked-prefill-size / dp): a lone
@@ -228,9 +227,7 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     I, O = stats.mean_prefill, stats.mean_output  # noqa: E741
     tps = engine.speculation.tokens_per_step   # tokens yielded per sequence per iteration
     p = n * tps * I / O                        # prompt tokens per iteration, on average
-    alone = g.alone
-    marginal = (t_chunk - t_dec if alone is False else t_chunk if alone is True
-                else np.where(alone, t_chunk, t_chunk - t_dec)) / chunk   # s per prompt token
+    marginal = np.where(g.alone, t_chunk, t_chunk - t_dec) / chunk   # s per prompt token
     t_pre = p * marginal                       # prompt work per iteration
     held = 0.0                                 # iterations a prompt waits for the prefill delayer
     replicated = np.isfinite(g.spread)         # candidates with attention data-parallel replicas

@@ -54,8 +54,10 @@ def lookup(axes, geo, t_grid, w_grid, n: float, ctx: float, p: float) -> tuple[f
 
 def lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi: float, n: float, ctx: float, p: float,
                   skew: float) -> tuple[float, float]:
-    """``lookup`` at a busiest-replica skew (not 1): linear between the grid at 1 and the one at
-    ``skew_hi``."""
+    """``lookup`` at a busiest-replica skew: linear between the grid at 1 and the one at
+    ``skew_hi`` (at 1, ``lookup`` itself)."""
+    if skew == 1.0:
+        return lookup(axes, geo, t_grid, w_grid, n, ctx, p)
     i, a = cell(axes, geo, 0, n)
     j, b = cell(axes, geo, 1, ctx)
     k, c = cell(axes, geo, 2, p)
@@ -361,29 +363,20 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     m += 1
             skew = top * ranks / n_go
             ctx_go = pairwise_sum(buf, 0, n_go) / n_go
-            if skew == 1.0:
-                tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_go), ctx_go, float(p_tokens))
-            else:
-                tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_go),
-                                           ctx_go, float(p_tokens), skew)
+            tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_go), ctx_go,
+                                       float(p_tokens), skew)
         else:
             ctx_mean = ctx_sum / n_dec if n_dec else 16.0
             skew = skew_of(decoding, ranks, n_dec) if ranks > 1 else 1.0
-            if skew == 1.0:
-                tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec), ctx_mean, float(p_tokens))
-            else:
-                tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec),
-                                           ctx_mean, float(p_tokens), skew)
+            tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec), ctx_mean,
+                                       float(p_tokens), skew)
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
                 steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
                                      tps_sum * per_tok, reserve_all)
                 if held_back:                  # no further than the passes the prompts may still be held
                     steps = min(steps, delay_passes - 1 - delayed)
-                if steps > 1 and skew == 1.0:
-                    tau, watts = lookup(axes, geo, t_grid, w_grid, float(n_dec),
-                                        ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0)
-                elif steps > 1:
+                if steps > 1:
                     tau, watts = lookup_skewed(axes, geo, t_grid, w_grid, t2_grid, w2_grid, skew_hi, float(n_dec),
                                                ctx_mean + (steps - 1) * (tps_sum / n_dec) / 2, 0.0, skew)
         if loading > 0:
