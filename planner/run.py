@@ -138,7 +138,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
             seen.add(key)
             alternatives.append(d)
     stats = length_stats(workload)
-    notes, sim = [], None
+    notes, sim = _framework_scheduling(scn.engine), None
     if scn.engine.mtp_tokens:
         notes.append(f"decode with {scn.engine.mtp_tokens} MTP draft token(s), {scn.engine.mtp_acceptance:.0%} "
                      f"accepted: {scn.engine.speculation.tokens_per_step:.2f} tokens per decode step")
@@ -164,6 +164,16 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
                       mean_input_tokens=stats.mean_input, mean_output_tokens=stats.mean_output, best=best,
                       alternatives=alternatives, analytic_instances=analytic_k, simulation=sim, notes=notes,
                       cache=cache)
+
+
+def _framework_scheduling(engine) -> list[str]:
+    """A note naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)."""
+    if engine.framework is None:
+        return []
+    from planner.catalog.frameworks import framework
+
+    held = [f"{k}={v}" for k, v in framework(engine.framework).engine_knobs().items() if getattr(engine, k) == v]
+    return [f"engine scheduling of {engine.framework}: {', '.join(held)} (set under engine: to change)"] if held else []
 
 
 def headline(result) -> dict:

@@ -130,6 +130,22 @@ class Scenario(Frozen):
         return {hw: _resolve(path, info) for hw, path in v.items()}
     kv_cache: KVCacheSpec | None = Field(None, description="prefix-cache tiers of a session workload")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _design_framework_schedules(cls, data: Any) -> Any:
+        """A design that names its framework (``design.framework``: Splitwise, POLCA, DistServe)
+        runs that engine's scheduler too, unless ``engine.framework`` names one itself: the
+        entry's knobs fill those the ``engine`` section does not give."""
+        from planner.serving.batching import with_framework_knobs
+
+        if not isinstance(data, dict) or not isinstance(data.get("design"), dict):
+            return data
+        engine = data.get("engine")
+        if isinstance(engine, dict) and engine.get("framework") is not None:
+            return data
+        merged = with_framework_knobs(engine, data["design"].get("framework"))
+        return data if merged is engine else {**data, "engine": merged}
+
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:
         own_pools = self.design.type == "horizon" and self.design.inner == "splitwise"   # pools in its section

@@ -141,6 +141,40 @@ def test_a_scenario_naming_an_unknown_framework_says_file_line_field(tmp_path):
         load_scenario(bad)
 
 
+def test_an_engine_naming_its_framework_schedules_as_that_framework(tmp_path):
+    """``engine.framework`` brings the entry's scheduler knobs, not only its efficiencies: SGLang
+    runs prompt iterations alone and counts its limits per instance, TensorRT-LLM reserves KV for
+    the whole request. A knob the user gives wins; a design's framework (Splitwise, POLCA,
+    DistServe) does the same for an engine that names none; vLLM's knobs are the defaults."""
+    from pathlib import Path
+
+    from planner.run import _framework_scheduling
+    from planner.scenario import load_scenario
+    from planner.serving.batching import Engine
+
+    default = Engine()
+    sg = Engine(framework="sglang")
+    assert (sg.mixed_prefill, sg.limits_scope, sg.dp_balance) == (False, "instance", "round_robin")
+    assert (sg.max_num_seqs, sg.max_batched_tokens) == (default.max_num_seqs, default.max_batched_tokens)
+    assert Engine(framework="sglang", mixed_prefill=True).mixed_prefill is True
+    trt = Engine(framework="tensorrt-llm")
+    assert (trt.kv_reservation, trt.max_num_seqs) == ("full_length", 2048)
+    assert Engine(framework="vllm") == default.model_copy(update={"framework": "vllm"})
+    assert _framework_scheduling(Engine(framework="sglang", mixed_prefill=True)) == [
+        "engine scheduling of sglang: max_num_seqs=1024, limits_scope=instance, dp_balance=round_robin "
+        "(set under engine: to change)"]
+    assert _framework_scheduling(Engine(framework="cloudmatrix-infer")) == []     # an entry without knobs
+
+    bundled = Path(__file__).resolve().parent.parent / "scenarios" / "distserve-chatbot-opt13b-vllm2023.yaml"
+    text = bundled.read_text()
+    assert "max_num_seqs" not in text and "framework: vllm-2023" in text
+    assert load_scenario(bundled).engine.max_num_seqs == 256   # vLLM's 2023 default, from the design's framework
+    own = tmp_path / "s.yaml"
+    own.write_text(text.replace("engine: {chunked_prefill: false}",
+                                "engine: {chunked_prefill: false, framework: vllm}"))
+    assert load_scenario(own).engine.max_num_seqs == default.max_num_seqs   # the engine's own framework rules
+
+
 def test_a_layout_without_all_to_all_costs_the_same_beside_one_with_it():
     """Mixtral tp2 ep2 (no attention data parallelism: no all-to-all) in one array with tp1 ep2
     (attention DP: all-to-all): its times equal those it has alone, to the last bit."""

@@ -87,22 +87,23 @@ class Framework(Frozen):
             raise ValueError(f"a max/mean load factor is at least 1, got {v.value}")
         return v
 
+    def engine_knobs(self) -> dict:
+        """The scheduler knobs this framework sets on ``Engine`` (the rest keep ``Engine``'s
+        defaults): its sequence limit, KV reservation, attention-DP limits scope and placement,
+        and whether decodes ride in prompt iterations."""
+        knobs: dict = {}
+        if self.max_num_seqs:
+            knobs["max_num_seqs"] = int(self.max_num_seqs.value)
+        for name in ("kv_reservation", "limits_scope", "dp_balance", "mixed_prefill"):
+            if (figure := getattr(self, name)) is not None:
+                knobs[name] = figure.value
+        return knobs
+
     def engine(self):
         """The serving engine with this framework's defaults (the rest: ``Engine``'s)."""
         from planner.serving.batching import Engine
 
-        knobs: dict = {}
-        if self.max_num_seqs:
-            knobs["max_num_seqs"] = int(self.max_num_seqs.value)
-        if self.kv_reservation:
-            knobs["kv_reservation"] = self.kv_reservation.value
-        if self.limits_scope:
-            knobs["limits_scope"] = self.limits_scope.value
-        if self.dp_balance:
-            knobs["dp_balance"] = self.dp_balance.value
-        if self.mixed_prefill:
-            knobs["mixed_prefill"] = self.mixed_prefill.value
-        return Engine(**knobs)
+        return Engine(**self.engine_knobs())
 
     def _capped_formats(self, hw: HardwareProfile, eff) -> dict[DType, Fraction]:
         """``eff``'s per-format GEMM plateaus with each format of ``gemm_speedup_over_bf16`` held to

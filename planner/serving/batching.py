@@ -10,7 +10,7 @@ merged (``perf.ops.merge_ops``): one weight read serves both.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
@@ -27,6 +27,22 @@ from planner.perf.parallel import Layout, on_dies
 from planner.perf.power import step_power_w
 from planner.perf.roofline import build_step
 from planner.perf.speculation import NO_SPECULATION, Speculation
+
+
+def with_framework_knobs(data: Any, name: str | None) -> Any:
+    """``data`` (an ``Engine`` mapping, or nothing) with the scheduler knobs of framework ``name``
+    where it gives none of its own. Anything else - an ``Engine`` already built, no name, a name
+    that does not resolve (its own validator says why) - is returned as it is."""
+    if not isinstance(name, str) or not (data is None or isinstance(data, dict)):
+        return data
+    from planner.catalog.frameworks import framework
+    from planner.errors import PlannerError
+
+    try:
+        knobs = framework(name).engine_knobs()
+    except PlannerError:
+        return data
+    return {**knobs, **(data or {})}
 
 
 class Engine(Frozen):
@@ -48,6 +64,14 @@ class Engine(Frozen):
             except PlannerError as e:
                 raise ValueError(str(e)) from None
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_knobs(cls, data: Any) -> Any:
+        """An engine that names its framework schedules as that framework does: the knobs the
+        entry sets (``Framework.engine_knobs``: e.g. SGLang's unmixed prompt iterations,
+        TensorRT-LLM's full-length KV reservation) fill the ones not given here."""
+        return with_framework_knobs(data, data.get("framework") if isinstance(data, dict) else None)
 
     chunked_prefill: bool = True
     mixed_prefill: bool = Field(
