@@ -25,6 +25,7 @@ from planner.catalog.bands import conformal_quantile
 from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import hardware
 from planner.errors import InputError
+from planner.serving.batching import Engine
 from planner.serving.closed_loop import throughput
 
 METRICS = ("ttft_s", "tpot_s", "output_tokens_per_s")
@@ -37,7 +38,7 @@ def predict_runs(runs: list[Run], fw: Framework, hw_name: str, model: str, deplo
     out = np.empty((len(runs), len(METRICS)))
     for k, r in enumerate(runs):
         s = throughput(model, hw, input_len=r.input_len, output_len=r.output_len, concurrency=r.concurrency,
-                       engine=fw.engine(), **deploy)
+                       engine=Engine(**fw.engine_knobs()), **deploy)
         out[k] = [getattr(s, m) for m in METRICS]
     return out
 

@@ -229,7 +229,9 @@ def _sized_engine(fw: Framework, max_num_seqs: int | None, max_batched_tokens: i
                                ("prefill_delay_passes", prefill_delay_passes)) if v is not None}
     if mtp_tokens:
         sized |= {"mtp_tokens": mtp_tokens, "mtp_acceptance": mtp_acceptance}
-    return fw.engine().model_copy(update=sized) if sized else fw.engine()
+    from planner.serving.batching import Engine
+
+    return Engine(**(fw.engine_knobs() | sized))
 
 
 def phase(metric: str) -> str:

@@ -210,14 +210,13 @@ def test_sglang_limits_count_the_whole_instance_under_dp_attention(simulator):
     server_args.py), vLLM's DP engine cores each take their own: 16 prompts of 1,024 tokens on
     4 attention replicas with a 4,096-token budget are one prefill iteration when the budget is
     each replica's (16,384 in all) and four when it is the instance's."""
-    from planner.catalog.frameworks import framework
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.parallel import Layout
     from planner.serving.batching import Engine
     from planner.serving.simulate import simulate
 
-    assert framework("sglang").engine().limits_scope == "instance"
-    assert framework("vllm").engine().limits_scope == "replica"
+    assert Engine(framework="sglang").limits_scope == "instance"
+    assert Engine(framework="vllm").limits_scope == "replica"
     per_replica = Engine(max_num_seqs=64, max_batched_tokens=4096, chunked_prefill=False, simulator=simulator)
     whole = per_replica.model_copy(update={"limits_scope": "instance"})
     assert per_replica.instance_limits(4) == (256, 16384) and whole.instance_limits(4) == (64, 4096)

@@ -88,9 +88,10 @@ class Framework(Frozen):
         return v
 
     def engine_knobs(self) -> dict:
-        """The scheduler knobs this framework sets on ``Engine`` (the rest keep ``Engine``'s
-        defaults): its sequence limit, KV reservation, attention-DP limits scope and placement,
-        and whether decodes ride in prompt iterations."""
+        """The scheduler knobs this framework sets on ``serving.batching.Engine`` (the rest keep
+        the engine's defaults): its sequence limit, KV reservation, attention-DP limits scope and
+        placement, and whether decodes ride in prompt iterations. ``Engine(framework=name)`` takes
+        them itself; ``Engine(**fw.engine_knobs())`` builds one from an entry object."""
         knobs: dict = {}
         if self.max_num_seqs:
             knobs["max_num_seqs"] = int(self.max_num_seqs.value)
@@ -98,12 +99,6 @@ class Framework(Frozen):
             if (figure := getattr(self, name)) is not None:
                 knobs[name] = figure.value
         return knobs
-
-    def engine(self):
-        """The serving engine with this framework's defaults (the rest: ``Engine``'s)."""
-        from planner.serving.batching import Engine
-
-        return Engine(**self.engine_knobs())
 
     def _capped_formats(self, hw: HardwareProfile, eff) -> dict[DType, Fraction]:
         """``eff``'s per-format GEMM plateaus with each format of ``gemm_speedup_over_bf16`` held to
