@@ -1,11 +1,8 @@
 """Calibration: hardware factors against microbenchmarks, framework entries against their
 calibration points.
 
-``gemm_sweeps()`` replays every GEMM shape sweep in ``validation/microbenchmarks/`` through the
-roofline (``op_time``) with the device's profile, so the profile's ``gemm`` plateau and
-``kernel_latency`` can be checked against the measurements they were fitted on. A sweep file may
-state a per-call floor of its harness (``# harness_floor_us: X`` with the evidence beside it):
-shapes timed within 10% of it measure the harness, not the kernel, and are listed, not scored.
+The hardware side (every microbenchmark sweep replayed through the roofline) is
+``planner.microbench``.
 
 ``python -m planner.calibrate vllm-2023`` grid-searches the framework's per-step overhead and its
 GEMM / memory / scale-up link scales, ring-hop latency and per-sequence host time (``--sequence``)
@@ -21,13 +18,11 @@ from __future__ import annotations
 
 import itertools
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import Framework, framework
-from planner.catalog.hardware import Figure, Seconds, hardware, microbenchmarks_dir, sweep_columns
+from planner.catalog.hardware import Figure, Seconds
 from planner.validate import Point, load_points, predict
 
 OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
@@ -36,92 +31,6 @@ SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LINK_SCALES = (0.25, 0.5, 1.0)
 RING_HOP_US = (2.5, 5, 7.5, 10, 15)
 SEQUENCE_US = (0, 100, 200, 300, 400, 500)
-
-
-def _harness_floor_s(path: Path) -> float:
-    """The ``# harness_floor_us: X`` a sweep file states (0 if none)."""
-    for line in path.read_text().splitlines():
-        if line.startswith("# harness_floor_us:"):
-            return float(line.split(":", 1)[1].split()[0]) * 1e-6
-    return 0.0
-
-
-def gemm_sweep(path: Path) -> dict:
-    """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``
-    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel. Shapes whose
-    measured time is within 10% of the file's stated harness floor are not scored."""
-    from planner.perf.ops import DTypes, Op, OpKind
-    from planner.perf.roofline import op_time
-
-    profile, _, dtype = path.stem.partition("-gemm-")
-    hw, dt = hardware(profile), DType(dtype)
-    m, n, k, measured = sweep_columns(path)
-    flops = 2.0 * m * n * k
-    op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
-    predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
-    scored = flops / (measured * 1e12) > 1.1 * _harness_floor_s(path)
-    err = np.abs(predicted / measured - 1.0)[scored]
-    return {"hardware": profile, "dtype": dtype, "shapes": int(scored.sum()), "floor_bound": int((~scored).sum()),
-            "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
-            "predicted_tflops": predicted, "measured_tflops": measured}
-
-
-def gemm_sweeps() -> list[dict]:
-    return [gemm_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-gemm-*.csv"))]
-
-
-def allreduce_sweep(path: Path) -> dict:
-    """An all-reduce bus-bandwidth sweep (``<profile>-allreduce<n>-nccl.csv``: size_bytes,
-    busbw_gbs) against the alpha-beta form of ``comm.py``: the best-fitting (busbw, latency) pair
-    (least squares on log time) and how well that form describes the curve, plus the profile's own
-    large-message bus bandwidth against the measured plateau. The profile's latency is that of an
-    engine's one-shot all-reduce kernel, not NCCL's, so it is not compared with the fitted one."""
-    from scipy.optimize import least_squares
-
-    profile, _, rest = path.stem.partition("-allreduce")
-    n = int(rest.split("-")[0])
-    hw = hardware(profile)
-    size, busbw = sweep_columns(path)
-    factor = 2.0 * (n - 1) / n
-    t = factor * size / (busbw * 1e9)
-
-    def model(p):
-        return factor * size / (p[0] * 1e9) + p[1] * 1e-6
-
-    fit = least_squares(lambda p: np.log(model(p) / t), [busbw.max(), 20.0], bounds=([1, 0], [1e4, 1e4]))
-    err = np.abs(model(fit.x) / t - 1.0)
-    profile_busbw = hw.scale_up.bandwidth_per_direction.value * hw.efficiency.scale_up.value / 1e9
-    return {"hardware": profile, "devices": n, "sizes": int(size.size),
-            "fitted_busbw_gbs": float(fit.x[0]), "fitted_latency_us": float(fit.x[1]),
-            "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
-            "measured_plateau_gbs": float(busbw.max()), "profile_busbw_gbs": profile_busbw}
-
-
-def allreduce_sweeps() -> list[dict]:
-    return [allreduce_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-allreduce*-nccl.csv"))]
-
-
-def attention_sweep(path: Path | None = None) -> dict:
-    """Fit Hockney's form ``r(L) = r_inf L / (L + L_half)`` to a FlashAttention sequence-length
-    sweep (``*-attention-*.csv``: seq_len, tflops): the plateau fraction of the profile's peak and
-    the half length that ``Efficiency.attention`` holds. Log-error least squares on a grid of L_half
-    (the best r_inf for each is the geometric mean of r / x)."""
-    path = path or next(microbenchmarks_dir().glob("h100-sxm-attention-fa3-bf16.csv"))
-    length, tflops = sweep_columns(path)
-    rate = tflops * 1e12
-    hw = hardware(path.name.split("-attention-")[0])
-    best = None
-    for half in np.arange(1.0, 2048.0, 1.0):
-        x = length / (length + half)
-        r_inf = float(np.exp(np.mean(np.log(rate / x))))
-        err = float(np.mean(np.abs(np.log(r_inf * x / rate))))
-        if best is None or err < best[0]:
-            best = (err, half, r_inf)
-    assert best is not None
-    err, half, r_inf = best
-    pred = r_inf * length / (length + half)
-    return {"hardware": hw.name, "points": int(length.size), "plateau": r_inf / hw.peak_flops_per_s(DType.bf16),
-            "half_keys": float(half), "median_abs_rel_error": float(np.median(np.abs(pred / rate - 1)))}
 
 
 def calibration_points(name: str) -> list[Point]:

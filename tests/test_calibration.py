@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 import planner
-from planner.calibrate import allreduce_sweeps, calibration_points, fit, gemm_sweeps
+from planner.calibrate import calibration_points, fit
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import framework
+from planner.microbench import allreduce_sweeps, gemm_sweeps
 
 
 def test_h100_gemm_sweep_reproduced_by_profile():
@@ -98,7 +99,7 @@ def test_attention_kernel_efficiency_is_fitted_on_the_fa3_sweep():
     """The profile's prefill-attention plateau and half length are the Hockney fit to
     FlashAttention-3's published H100 sweep (6 sequence lengths): the fit reproduces it within 3%,
     and the profile holds the fitted numbers (0.68 of 989 TFLOP/s, 216 keys)."""
-    from planner.calibrate import attention_sweep
+    from planner.microbench import attention_sweep
 
     fit = attention_sweep()
     assert fit["median_abs_rel_error"] < 0.03
