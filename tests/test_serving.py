@@ -123,6 +123,19 @@ def test_simulator_refuses_a_request_that_can_never_fit():
         simulate(M, HW, Layout.of(2, 1, 1), DTypes(), Engine(), a, i, o)
 
 
+def test_throughput_without_room_for_one_sequence_names_deployments_that_fit():
+    """An instance with no KV memory for one sequence is an answer with the nearby layouts and
+    formats that hold it (whatif's suggestions), never advice it already follows (fp8 when fp8)."""
+    from planner.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError, match=r"no memory left.*would fit: --tp 8 --ep 8 --pp 2") as e:
+        planner.throughput("deepseek-v3", "h100-sxm", tp=8, ep=8, input_len=1000, output_len=100,
+                           weight_dtype="fp8", concurrency=64)
+    assert "--weight-dtype" not in str(e.value)
+    with pytest.raises(InfeasibleError, match=r"would fit: .*--weight-dtype fp8"):
+        planner.throughput("llama-3.1-405b", "h100-sxm", tp=4, input_len=1000, output_len=100)
+
+
 def test_throughput_api_closed_loop():
     best = planner.throughput("llama-3.1-70b", "h100-sxm", tp=8, input_len=2048, output_len=256)
     low = planner.throughput("llama-3.1-70b", "h100-sxm", tp=8, input_len=2048, output_len=256, concurrency=4)

@@ -74,6 +74,15 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
 
 
+def _would_fit(m: ModelSpec, hw: HardwareProfile, **deployment) -> str:
+    """The nearby layouts and formats that would hold one sequence (``estimate``'s suggestions at
+    batch 1; ``deployment``: its tp, pp, ep, lengths and formats)."""
+    from planner.perf.estimate import estimate
+
+    tips = [t for t in estimate(m, hw, batch=1, **deployment).suggestions if "--batch" not in t]
+    return "would fit: " + "; ".join(tips) if tips else "try more devices (--tp, --ep, --pp)"
+
+
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
                input_len: int, output_len: int, weight_dtype: str | DType = "bf16",
                kv_dtype: str | DType | None = None, concurrency: int | None = None,
@@ -88,7 +97,9 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     if not np.isfinite(c.n[0, 0]):
         raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} has no memory left for the KV "
-                              f"cache of one {input_len + output_len}-token sequence; try more devices or fp8 weights")
+                              f"cache of one {input_len + output_len}-token sequence; "
+                              + _would_fit(m, hw, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+                                           weight_dtype=weight_dtype, kv_dtype=kv_dtype))
     stable = c.rho[0] < 1
     if not stable.any():
         raise InfeasibleError("prefill cannot keep up even with one sequence decoding")
