@@ -174,6 +174,9 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
         msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
     elif e["type"] == "missing":
         msg = "required field is missing"
+    elif e["type"] == "union_tag_not_found":   # pydantic: "Unable to extract tag using discriminator 'x'"
+        key = str(e.get("ctx", {}).get("discriminator", "type")).strip("'\"")
+        msg = f"no {key!r} key: give {loc[-1] if loc else 'it'}.{key} to say which kind this is"
     elif "input" in e and not isinstance(e["input"], (dict, list)) and ", got " not in msg:
         msg = f"{msg}, got {e['input']!r}"      # (a validator's own message may already say it)
     where = f"{path}:{line}" if line else (f"{path} --set" if line == 0 else str(path))

@@ -144,6 +144,13 @@ def test_cv_with_poisson_arrivals_rejected(tmp_path):
     _bad(_plan(p), f"{p}:5 workload.arrival.cv", "gamma")
 
 
+def test_a_design_without_its_type_says_which_key_is_missing(tmp_path):
+    p = _scenario(tmp_path, BASE + "design: {framework: vllm-2023}\n")
+    _bad(_plan(p), f"{p}:13 design", "no 'type' key: give design.type")
+    p = _scenario(tmp_path, BASE + "design: {type: splitwize}\n")
+    _bad(_plan(p), f"{p}:13 design", "'splitwise'")
+
+
 def test_mtp_acceptance_without_tokens_rejected(tmp_path):
     p = _scenario(tmp_path, BASE + "engine: {mtp_acceptance: 0.7}\n")
     _bad(_plan(p), f"{p}:13 engine.mtp_acceptance", "mtp_tokens")
