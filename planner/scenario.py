@@ -216,6 +216,8 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         data, paths = apply_sets(data, overrides)
         lines = {k: v for k, v in lines.items() if not any(k[:len(p)] == p for p in paths)}
         lines.update({p: 0 for p in paths})             # line 0: "given by --set"
+        # a section the file does not have, made by a --set, is the --set's too
+        lines.update({p[:n]: 0 for p in paths for n in range(1, len(p)) if p[:n] not in lines})
     try:
         return Scenario.model_validate(data, context={"base": str(path.parent)})
     except ValidationError as e:

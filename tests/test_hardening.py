@@ -370,6 +370,9 @@ def test_set_overrides_a_field(tmp_path):
     assert r.exit_code == 0 and json.loads(r.stdout)["rate"] == 40
     _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "workload.rate=abc"]), "--set workload.rate")
     _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "rate"]), "key.path=value")
+    # a section the file lacks, made by the --set, is blamed on the --set, not on the file's first line
+    _bad(runner.invoke(app, ["plan", str(p), "--json", "--set", "design.framework=vllm-2023"]),
+         f"{p} --set design: no 'type' key")
 
 
 def test_compare_three_scenarios(tmp_path):
