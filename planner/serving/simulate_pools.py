@@ -28,13 +28,12 @@ from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, dp_ranks
 from planner.serving.batching import Engine, iteration
 from planner.serving.simulate import (
     IterationTable,
     SimResult,
     _run_instance,
-    dp_ranks,
     group,
     kv_capacity,
     request_tokens_per_step,
