@@ -123,3 +123,21 @@ def test_inconsistent_heads(tmp_path):
 def test_unknown_model_suggests():
     with pytest.raises(InputError, match="did you mean 'deepseek-v3'"):
         planner.model("deepseek-v4")
+
+
+@pytest.mark.parametrize("quant, kept", [
+    (None, ("lm_head",)),                                                   # the default: every public checkpoint
+    ({"quant_method": "fp8", "fmt": "e4m3"}, ("lm_head",)),                 # DeepSeek-V3: no list, BF16 head
+    ({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]},
+     ("attention", "lm_head")),                                             # gpt-oss
+    ({"quant_method": "compressed-tensors", "ignore": ["lm_head"]}, ("lm_head",)),   # llm-compressor
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "exclude_modules": []}}, ()),
+])
+def test_unquantized_modules_from_the_quantization_config(tmp_path, quant, kept):
+    cfg = dict(model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+               num_hidden_layers=2, vocab_size=1000, intermediate_size=1000)
+    if quant is not None:
+        cfg["quantization_config"] = quant
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert planner.model_from_hf_config(p).unquantized == kept

@@ -231,3 +231,51 @@ def test_explain_never_shows_an_operator_faster_than_its_roofline(hw_name, tp, e
     assert any(r["op"] == "ep_dispatch" and r["roofline_s"] > 0 for r in rows)
     for r in rows:
         assert r["time_s"] >= r["roofline_s"] * (1 - 1e-9), r
+
+
+def test_quantized_checkpoint_reads_its_lm_head_in_bf16():
+    # Llama-3.1-8B in FP8 at TP1: every layer GEMM streams 1 byte per weight, the LM head (kept in
+    # BF16 by FP8 checkpoints: ModelSpec.unquantized) 2 bytes: 128,256 x 4,096 x 2 B, and runs in BF16.
+    m = planner.model("llama-3.1-8b")
+    fp8 = DTypes(weight=DType.fp8)
+    ops = layer_ops(m, Layout.of(1, 1, 1), Step.of(1, 1, 100), fp8)
+    head = next(o for o in ops if o.name == "lm_head")
+    qkv = next(o for o in ops if o.name == "qkv_proj")
+    assert float(head.weight_bytes) == pytest.approx(128256 * 4096 * 2)
+    assert float(qkv.weight_bytes) == pytest.approx(4096 * (32 + 2 * 8) * 128 * 1)
+    assert head.weight_dtype is DType.bf16 and qkv.weight_dtype is None
+    # stored: the BF16 head adds 128,256 x 4,096 bytes over an all-FP8 count
+    h, V, L, inter = 4096, 128256, 32, 14336
+    layer = 1 * (h * 48 * 128 + 32 * 128 * h + 3 * h * inter) + 2 * 2 * h
+    expected = L * layer + 2 * V * h + 2 * V * h + 2 * h        # layers, BF16 embedding, BF16 head, final norm
+    assert float(weight_bytes_device(ops, Layout.of(1, 1, 1), fp8)) == pytest.approx(expected)
+    bf16 = layer_ops(m, Layout.of(1, 1, 1), Step.of(1, 1, 100), BF16)
+    assert float(next(o for o in bf16 if o.name == "lm_head").weight_bytes) == float(head.weight_bytes)
+
+
+def test_gpt_oss_keeps_attention_and_head_in_bf16_and_experts_in_fp4():
+    # gpt-oss-120b's config lists self_attn and lm_head in modules_to_not_convert: at --weight-dtype
+    # fp4 its attention projections stream 2 B per weight, its experts half a byte (the catalog
+    # counts no projection biases: BLOOM's flag only).
+    m = planner.model("gpt-oss-120b")
+    assert set(m.unquantized) == {"attention", "lm_head"}
+    ops = layer_ops(m, Layout.of(1, 1, 1), Step.of(1, 1, 100), DTypes(weight=DType.fp4))
+    h, heads, kv, d = 2880, 64, 8, 64
+    qkv = next(o for o in ops if o.name == "qkv_proj")
+    n = (heads + 2 * kv) * d
+    assert float(qkv.weight_bytes) == pytest.approx(h * n * 2)
+    experts = next(o for o in ops if o.name == "experts")
+    assert experts.weight_dtype is None
+    assert float(experts.weight_bytes) == pytest.approx(4 * 3 * h * 2880 * DType.fp4.bytes)
+
+
+def test_verify_step_takes_logits_for_every_verified_token():
+    # A decode step verifying 1 + 3 tokens per sequence needs the target's logits at all four
+    # positions (2 x 4 b x h x V FLOPs in the head); a prompt step only at each prompt's last token.
+    m = planner.model("qwen3-32b")
+    h, V, b = 5120, 151936, 16
+    verify = layer_ops(m, Layout.of(1, 1, 1), Step.of(b, 4, 1000), BF16)
+    prompt = layer_ops(m, Layout.of(1, 1, 1), Step.of(b, 4, 1000, prompt=True), BF16)
+    head = {name: next(o for o in ops if o.name == "lm_head") for name, ops in (("v", verify), ("p", prompt))}
+    assert float(head["v"].flops) == pytest.approx(2 * 4 * b * h * V)
+    assert float(head["p"].flops) == pytest.approx(2 * b * h * V)

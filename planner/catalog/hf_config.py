@@ -77,6 +77,7 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
         head_dim=c.int("head_dim", default=hidden // heads if heads else 0),
         intermediate_size=c.int("intermediate_size", default=4 * hidden),
         native_dtype=_native_dtype(data),
+        unquantized=_unquantized(data),
         max_context=c.opt_int("max_position_embeddings") or c.opt_int("model_max_length"),
         qk_norm=model_type in {"qwen3", "qwen3_moe", "qwen3_next"},
     )
@@ -201,6 +202,24 @@ def _native_dtype(data: dict[str, Any]) -> str:
         return "fp4"
     dtype = str(data.get("torch_dtype") or data.get("dtype") or "bfloat16")
     return {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(dtype, "bf16")
+
+
+def _unquantized(data: dict[str, Any]) -> tuple[str, ...]:
+    """Module classes the checkpoint's quantization config keeps unquantized (BF16): its list of
+    excluded modules under any of the names the quantizers write (HF ``modules_to_not_convert``,
+    llm-compressor ``ignore``, ModelOpt ``exclude_modules``, vLLM ``ignored_layers``); attention
+    where a pattern names the attention block. Without such a list, the LM head (the default)."""
+    quant = data.get("quantization_config") or {}
+    nested = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else {}
+    names = next((v for src in (quant, nested) for key in ("modules_to_not_convert", "ignore", "exclude_modules",
+                                                              "ignored_layers")
+                  if isinstance(v := src.get(key), list)), None)
+    if names is None:
+        return ("lm_head",)
+    text = [str(n) for n in names]
+    kept = [cls for cls, marks in (("attention", ("self_attn", "attention")), ("lm_head", ("lm_head",)))
+            if any(mark in n for n in text for mark in marks)]
+    return tuple(kept)
 
 
 class _NonFinite(Exception):

@@ -155,6 +155,12 @@ class ModelSpec(Frozen):
     window: AttentionWindow | None = None
     native_dtype: str = "bf16"
     max_context: int | None = None
+    unquantized: tuple[Literal["attention", "lm_head"], ...] = Field(
+        ("lm_head",), description="modules a quantized checkpoint keeps in BF16 whatever the weight format "
+        "(config.json quantization_config: modules_to_not_convert / ignore / exclude_modules). Default the "
+        "LM head, as public quantized checkpoints do: DeepSeek-V3's FP8 reference model builds its head in "
+        "the default BF16 dtype (deepseek-ai/DeepSeek-V3 inference/model.py), ModelOpt FP8/NVFP4 exports "
+        "list lm_head in exclude_modules, gpt-oss lists lm_head and self_attn in modules_to_not_convert")
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

@@ -1,7 +1,8 @@
 """Device memory: weights, KV cache (and linear-attention state), workspace, framework reserve.
 
-Per device of an instance with layout (tp, ep, pp): GEMM weights in the weight dtype, norms and
-the embedding in the activation dtype; the KV cache of the sequences its attention replica
+Per device of an instance with layout (tp, ep, pp): GEMM weights in the weight dtype (the modules
+a quantized checkpoint keeps unquantized, at least its LM head, in BF16), norms and the embedding
+in the activation dtype; the KV cache of the sequences its attention replica
 serves, for its stage's layers. GQA K/V heads are split over TP (replicated when tp > KV heads);
 MLA's latent cache is replicated on every TP rank (so MLA prefers attention DP: ``ep > tp``).
 """
@@ -79,7 +80,7 @@ def weight_bytes_device(ops: list[Op], layout: Layout, dtypes: DTypes) -> np.nda
     """Weights stored on the most loaded device: its stage's layers plus embedding and/or head."""
     layers, ends = 0.0, []
     for op in ops:
-        size = op.params * (dtypes.weight.bytes if op.kind is OpKind.gemm else dtypes.act.bytes)
+        size = op.params * ((op.weight_dtype or dtypes.weight).bytes if op.kind is OpKind.gemm else dtypes.act.bytes)
         if op.name in ("embedding", "lm_head"):
             ends.append(np.asarray(size, dtype=float))
         else:

@@ -171,6 +171,7 @@ class Op:
     grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
     linear: bool = False                      # linear-attention core (chunked delta rule / recurrent update)
     bulk: np.ndarray | float = 0.0            # EP all-to-all: 1 where the step carries prompt tokens
+    weight_dtype: DType | None = None         # GEMM weights kept in this format, not the step's (ModelSpec.unquantized)
 
     @property
     def mem_bytes(self):
@@ -236,12 +237,18 @@ class _Ctx:
         q, c = self.step.q_len, self.step.ctx
         return self.b_loc * (q * c + q * (q + 1) / 2)
 
-    def gemm(self, name: str, count: int, k, n, *, m=None, shard=1, weight_params=None) -> Op:
+    def kept(self, module: str) -> DType | None:
+        """BF16 where the checkpoint keeps ``module`` unquantized under a narrower weight format
+        (``ModelSpec.unquantized``), else None (the step's weight format)."""
+        return DType.bf16 if self.dt.weight.bytes < DType.bf16.bytes and module in self.m.unquantized else None
+
+    def gemm(self, name: str, count: int, k, n, *, m=None, shard=1, weight_params=None,
+             kept: DType | None = None) -> Op:
         m = self.tokens if m is None else m
-        wb = self.dt.weight.bytes
+        wb = (kept or self.dt.weight).bytes
         params = k * n / shard if weight_params is None else weight_params
         return Op(name, OpKind.gemm, count, flops=scaled(m, 2.0, k, n, Per(shard)), weight_bytes=params * wb,
-                  act_bytes=scaled(m, k + n / shard, self.dt.act.bytes), params=params)
+                  act_bytes=scaled(m, k + n / shard, self.dt.act.bytes), params=params, weight_dtype=kept)
 
     def all_reduce(self, name: str, count: int) -> Op:
         """A TP all-reduce of the hidden state: every one of a step's carries the same payload
@@ -265,13 +272,14 @@ def _attention(c: _Ctx, n: int, window: AttentionWindow | None = None) -> list[O
     q, ctx = c.step.q_len, c.step.ctx
     pairs = c.pairs if window is None else c.b_loc * window.pairs(q, ctx)
     seen = ctx if window is None else window.visible_cached(ctx)
+    kept = c.kept("attention")
     return [
-        c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias),
+        c.gemm("qkv_proj", n, h, qkv_n, weight_params=h * qkv_n + bias, kept=kept),
         Op("attention", OpKind.attention, n, flops=4.0 * heads * d * pairs,
            act_bytes=scaled(c.tokens, 2, heads, d, c.dt.act.bytes),
            kv_bytes=scaled(c.b_loc, seen + 2 * q, kv_tok),
            keys=c.mean_keys if window is None else window.pairs(q, ctx) / np.maximum(q, 1)),
-        c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0)),
+        c.gemm("o_proj", n, heads * d, h, weight_params=heads * d * h + (h if m.biases else 0), kept=kept),
         c.all_reduce("attn_all_reduce", n),
     ]
 
@@ -291,13 +299,14 @@ def _mla(c: _Ctx, n: int) -> list[Op]:
     h, heads = m.hidden_size, m.num_heads / tp
     dn, dr, dv, r = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
     q, ctx, T = c.step.q_len, c.step.ctx, c.tokens
+    kept = c.kept("attention")
     ops = []
     if a.q_lora_rank:
-        ops.append(c.gemm("q_a_proj", n, h, a.q_lora_rank))
-        ops.append(c.gemm("q_b_proj", n, a.q_lora_rank, heads * (dn + dr)))
+        ops.append(c.gemm("q_a_proj", n, h, a.q_lora_rank, kept=kept))
+        ops.append(c.gemm("q_b_proj", n, a.q_lora_rank, heads * (dn + dr), kept=kept))
     else:
-        ops.append(c.gemm("q_proj", n, h, heads * (dn + dr)))
-    ops.append(c.gemm("kv_a_proj", n, h, r + dr))
+        ops.append(c.gemm("q_proj", n, h, heads * (dn + dr), kept=kept))
+    ops.append(c.gemm("kv_a_proj", n, h, r + dr, kept=kept))
     kv_b_params = r * heads * (dn + dv)
     decompress = 2.0 * c.b_loc * (ctx + q) * kv_b_params
     absorb = 2.0 * T * heads * (dn * r + r * dv)
@@ -305,13 +314,13 @@ def _mla(c: _Ctx, n: int) -> list[Op]:
     latent = 2.0 * heads * c.pairs * (r + dr + r)
     prefill = decompress + mha < absorb + latent     # engines run the cheaper form (decode, MTP verify: absorb)
     ops.append(Op("kv_b_proj", OpKind.gemm, n, flops=np.where(prefill, decompress, absorb),
-                  weight_bytes=kv_b_params * c.dt.weight.bytes, params=kv_b_params,
+                  weight_bytes=kv_b_params * (kept or c.dt.weight).bytes, params=kv_b_params, weight_dtype=kept,
                   act_bytes=np.where(prefill, c.b_loc * (ctx + q) * (r + heads * (dn + dv)), T * heads * 2 * r)
                   * c.dt.act.bytes))
     ops.append(Op("attention", OpKind.attention, n, flops=np.where(prefill, mha, latent),
                   act_bytes=2 * T * heads * (dn + dr) * c.dt.act.bytes,
                   kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes, keys=c.mean_keys))
-    ops.append(c.gemm("o_proj", n, heads * dv, h))
+    ops.append(c.gemm("o_proj", n, heads * dv, h, kept=kept))
     ops.append(c.all_reduce("attn_all_reduce", n))
     return ops
 
@@ -479,16 +488,19 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
 
 
 def _embedding_and_head(c: _Ctx) -> list[Op]:
-    """Vocab-parallel embedding lookup and LM head; logits only for the last token of each
-    sequence. BLOOM also has an embedding LayerNorm; every model a final norm."""
+    """Vocab-parallel embedding lookup and LM head. A prompt step needs logits only for the last
+    token of each sequence; a decode step for every token it verifies (``1 + k`` with ``k`` draft
+    tokens: the target's distribution at each drafted position decides its acceptance and samples
+    the bonus token). BLOOM also has an embedding LayerNorm; every model a final norm."""
     m, tp = c.m, c.lay.tp
     h, V = m.hidden_size, m.vocab_size
     embed_params = V * h / tp + (2 * h if m.embedding_norm else 0) + (2 * h if m.biases else h)
-    head = c.gemm("lm_head", 1, h, V, m=c.b_loc, shard=tp,
-                  weight_params=0.0 if m.tie_word_embeddings else V * h / tp)
+    kept = c.kept("lm_head")
+    head = c.gemm("lm_head", 1, h, V, m=c.b_loc if c.step.prompt else c.tokens, shard=tp,
+                  weight_params=0.0 if m.tie_word_embeddings else V * h / tp, kept=kept)
     if m.tie_word_embeddings:   # weights shared with the embedding: still read, not stored twice
-        head = Op(head.name, head.kind, 1, flops=head.flops, weight_bytes=V * h / tp * c.dt.weight.bytes,
-                  act_bytes=head.act_bytes)
+        head = Op(head.name, head.kind, 1, flops=head.flops, weight_bytes=V * h / tp * (kept or c.dt.weight).bytes,
+                  act_bytes=head.act_bytes, weight_dtype=kept)
     embed = Op("embedding", OpKind.elementwise, 1, act_bytes=scaled(c.tokens, 2, h, c.dt.act.bytes),
                params=embed_params)
     return [embed, head]
@@ -535,7 +547,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
                       act_bytes=add(x.act_bytes, y.act_bytes), kv_bytes=add(x.kv_bytes, y.kv_bytes),
                       comm_bytes=add(x.comm_bytes, y.comm_bytes), group=x.group, params=x.params,
                       remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
-                      imbalance=combined[pair], grouped=x.grouped, linear=x.linear,
+                      imbalance=combined[pair], grouped=x.grouped, linear=x.linear, weight_dtype=x.weight_dtype,
                       bulk=y.bulk if scalar_zero(x.bulk) else np.maximum(x.bulk, y.bulk)))
     return out
 

@@ -174,10 +174,11 @@ def operand_dtype(op: Op, dtypes: DTypes) -> DType:
     """Format an operator's matrix operands are in: GEMMs the weight format, attention FP8 only
     with an FP8 KV cache (FP8 FMHA kernels), otherwise BF16, whatever the weights (FP8/FP4 weights
     do not speed attention up). ``HardwareProfile.compute_dtype`` then says which tensor-core
-    format the chip runs that in (W8A8, W4A4, or BF16 for weight-only formats)."""
+    format the chip runs that in (W8A8, W4A4, or BF16 for weight-only formats). A GEMM whose
+    weights the checkpoint keeps in BF16 (``Op.weight_dtype``: a quantized model's LM head) runs in BF16."""
     if op.kind is OpKind.attention:
         return DType.fp8 if dtypes.kv is DType.fp8 else DType.bf16
-    return dtypes.weight
+    return op.weight_dtype or dtypes.weight
 
 
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
@@ -201,7 +202,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
         grouped = eff.grouped_gemm.value if op.grouped else 1.0
-        by_format = eff.memory_by_format.get(dtypes.weight) if op.kind is OpKind.gemm else None
+        by_format = eff.memory_by_format.get(op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else None
         stream = (by_format or eff.memory).value
         # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
         # (whatever the KV format)
