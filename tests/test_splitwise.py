@@ -1,6 +1,7 @@
 """Splitwise design: the paper's iso-cost / iso-power comparisons computed by the model,
 analytic vs simulator, when disaggregation does not pay, and infeasible pools."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,57 @@ def test_splitwisesim_lookup_tables_are_what_the_generator_writes():
     text = mod.table("a100-80g")
     decode = [float(line.split(",")[4]) for line in text.splitlines() if line.startswith("decode,")]
     assert decode == [0.0488] * 4
+
+
+def test_ep_pools_count_max_tp_ep_devices_and_name_their_degrees():
+    # perf.parallel: an instance is pp stages of max(tp, ep) devices; cp instances make a machine
+    assert Pool(hardware="h200", tp=1, ep=8, count=3).devices == 8
+    assert Pool(hardware="h200", tp=8, ep=8, pp=2, count=1).devices == 16
+    assert Pool(hardware="h200", tp=2, cp=4, count=1).devices == 8
+    assert Pool(hardware="h200", tp=1, ep=8, count=1).label == "tp1 ep8"
+    assert Pool(hardware="h200", tp=8, count=1).label == "tp8"
+    with pytest.raises(ValueError, match="cp=2 with ep=8 > tp=1"):
+        Pool(hardware="h200", tp=1, ep=8, cp=2, count=1)
+
+
+@pytest.fixture(scope="module")
+def deepseek_split():
+    return run_scenario(load_scenario(ROOT / "scenarios/deepseek-v3-splitwise-h200.yaml")).model_dump()
+
+
+def test_deepseek_split_search_tries_expert_parallel_machines(deepseek_split):
+    rows = deepseek_split["rows"]
+    # every row's accelerators are its machines x 8 GPUs (tp 8, or tp 1 with ep 8), within the
+    # baseline's 8 machines
+    for r in rows:
+        machines = sum(int(n) for n in re.findall(r"(\d+) x h200", r["machines"]))
+        assert r["accelerators"] == 8 * machines <= 64, r
+    found = [r for r in rows if r["name"].startswith("best")]
+    assert any("tp1 ep8" in r["machines"] for r in found) and any("h200 tp8 (" in r["machines"] for r in found)
+    # DeepSeek-V3 (671 GB in FP8) on one 141-GB GPU (tp 1, ep 1) is skipped, not fatal
+    assert not any(re.search(r"h200 tp1 \(", r["machines"]) for r in rows)
+
+
+def test_prompt_machine_that_cannot_hold_the_model_names_the_limit():
+    # 671B parameters in FP8 do not fit beside anything on one 141-GB H200
+    m = planner.model("deepseek-v3")
+    w = Workload(rate=1.0, input=Fixed(value=2000), output=Fixed(value=200))
+    spec = SplitwiseSpec(weight_dtype="fp8", designs=[Candidate(
+        name="one-gpu-prompts", prompt=Pool(hardware="h200", tp=1, count=8),
+        token=Pool(hardware="h200", tp=1, ep=8, count=2))])
+    with pytest.raises(InfeasibleError,
+                       match=r"prompt machine \(h200 tp1\) has no room .*\(2,000 tokens.*the weights alone exceed it"):
+        plan_splitwise(m, spec, w, SLO(), Engine(), {}, "x")
+
+
+def test_simulator_confirms_an_expert_parallel_split():
+    # the disaggregated simulator runs the attention-DP token machines with their replicas: at 80%
+    # of the analytic capacity it meets the SLOs and its mean TPOT is within 15% of the model's
+    scn = load_scenario(ROOT / "scenarios/deepseek-v3-splitwise-h200.yaml")
+    spec, m = scn.design, planner.model(scn.model)
+    dt = DTypes(weight=DType.fp8)
+    d = spec.designs[0]
+    an = evaluate_splitwise(m, d, spec, scn.workload, scn.slo, scn.engine, dt, {})
+    sim = simulate_design(m, d, spec, scn.workload, scn.slo, scn.engine, 0.8 * an.max_rate, 6_000, 3)
+    assert sim.meets_slo, sim.violations
+    assert sim.tpot_s["mean"] == pytest.approx(an.tpot_s["mean"], rel=0.15)

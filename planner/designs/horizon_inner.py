@@ -79,8 +79,8 @@ def splitwise_pools(model, spec, workload, slo, engine, cost, series: DemandSeri
         exact = pool.count * scale
         need = np.where(exact > 0, np.maximum(np.ceil(exact * (1 - 1e-9)), 1), 0).astype(np.int64)
         pools.append(Pool(name=f"{hw.name}{role}", hardware=hw.name,
-                          label=f"{best.name}{role}: {hw.name} tp{pool.tp}" + (f" pp{pool.pp}" if pool.pp > 1 else ""),
-                          devices=pool.tp * pool.pp, need=need, capacity=np.full(len(need), best.max_rate / pool.count),
+                          label=f"{best.name}{role}: {hw.name} {pool.label}",
+                          devices=pool.devices, need=need, capacity=np.full(len(need), best.max_rate / pool.count),
                           power_w=np.full(len(need), watts if watts else hw.power.tdp.value * pool.power_cap),
                           batch_capacity=0.0, weight_bytes=float(params * spec.weight_dtype.bytes),
                           load=series.rate))

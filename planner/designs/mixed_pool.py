@@ -63,6 +63,7 @@ class MachineType:
     prompt_rate: np.ndarray      # (count + 1,) SLO-meeting rate of n = 0..count prompt machines
     token_rate: float            # per token machine
     mixed_rate: float            # per mixed machine
+    ep: int = 1
 
 
 @dataclass(frozen=True)
@@ -150,15 +151,16 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
     )
 
     pools = [d.prompt, d.token]
-    keys = list(dict.fromkeys((p.hardware, p.tp, p.pp, p.power_cap) for p in pools))
-    count = {k: sum(p.count for p in pools if (p.hardware, p.tp, p.pp, p.power_cap) == k) for k in keys}
+    keys = list(dict.fromkeys(_machine_key(p) for p in pools))
+    count = {k: sum(p.count for p in pools if _machine_key(p) == k) for k in keys}
     big = 4 * sum(count.values())
     types = []
     for key in keys:
-        hw_name, tp, pp, cap = key
-        pool = d.prompt.model_copy(update={"hardware": hw_name, "tp": tp, "pp": pp, "power_cap": cap, "count": 1})
+        hw_name, tp, ep, pp, cap = key
+        pool = d.prompt.model_copy(update={"hardware": hw_name, "tp": tp, "ep": ep, "pp": pp, "power_cap": cap,
+                                           "count": 1})
         hw = machine_hw(hw_name, spec.framework, cap)
-        lay = Layout.of(tp, 1, pp)
+        lay = pool.layout
         token_one = evaluate_splitwise(model, d.model_copy(update={
             "token": pool, "prompt": d.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine,
             dtypes, usd_per_h).max_rate
@@ -172,11 +174,16 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
         kv_cap = _link_bytes_per_s(spec, hw, thw, pair) / mean_bytes
         types.append(MachineType(hw_name, tp, pp, cap, count[key],
                                  prompt_rates(model, hw, lay, dtypes, workload, slo, count[key], kv_cap), token_one,
-                                 mixed_one))
-    own = [(p.hardware, p.tp, p.pp, p.power_cap) for p in pools]
+                                 mixed_one, ep=ep))
+    own = [_machine_key(p) for p in pools]
     prompt_n = [d.prompt.count if k == own[0] else 0 for k in keys]
     token_n = [d.token.count if k == own[1] else 0 for k in keys]
     return types, prompt_n, token_n
+
+
+def _machine_key(p) -> tuple:
+    """What makes two pools' machines interchangeable: hardware, degrees and power cap."""
+    return p.hardware, p.tp, p.ep, p.pp, p.power_cap
 
 
 def evaluate_mixed(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engine: Engine, dtypes: DTypes,

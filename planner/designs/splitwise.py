@@ -30,7 +30,12 @@ from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
 from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
 from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
-from planner.perf.memory import kv_cache_bytes_per_token
+from planner.perf.memory import (
+    free_kv_bytes_device,
+    kv_bytes_per_token_device,
+    kv_cache_bytes_per_token,
+    state_bytes_per_sequence_device,
+)
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
 from planner.serving.batching import Engine, iteration
@@ -41,15 +46,40 @@ from planner.serving.workload import LengthStats, Workload, length_stats
 
 
 class Pool(Frozen):
-    """Machines of one kind: ``count`` instances of ``tp x pp`` devices, optionally power-capped."""
+    """Machines of one kind: ``count`` instances of ``max(tp, ep) x pp`` devices (``perf.parallel``),
+    optionally power-capped."""
 
     hardware: str
     tp: int = Field(8, ge=1)
+    ep: int = Field(1, ge=1, description="MoE models: experts over ep devices; ep > tp runs attention "
+                    "data-parallel over ep / tp replicas with all-to-all dispatch (DeepEP-style), an instance "
+                    "being max(tp, ep) x pp devices")
     pp: int = Field(1, ge=1)
     count: int = Field(ge=1)
     power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
     cp: int = Field(1, ge=1, description="prompt pools: a machine is cp instances of tp x pp devices that prefill "
                     "each prompt together (context parallelism, ring attention; perf/context_parallel.py)")
+
+    @model_validator(mode="after")
+    def _cp_without_dp(self) -> Pool:
+        if self.cp > 1 and self.ep > self.tp:
+            raise ValueError(f"cp={self.cp} with ep={self.ep} > tp={self.tp}: context-parallel prefill of an "
+                             "attention-data-parallel instance is not modelled; give cp 1 or ep <= tp")
+        return self
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.tp, self.ep, self.pp)
+
+    @property
+    def devices(self) -> int:
+        """Accelerators of one machine: ``cp`` instances of ``max(tp, ep) x pp``."""
+        return max(self.tp, self.ep) * self.pp * self.cp
+
+    @property
+    def label(self) -> str:
+        """``tp8``, ``tp1 ep8``, ``tp8 pp2``: the degrees a machine runs, for names and messages."""
+        return f"tp{self.tp}" + (f" ep{self.ep}" if self.ep > 1 else "") + (f" pp{self.pp}" if self.pp > 1 else "")
 
 
 class Candidate(Frozen):
@@ -110,6 +140,8 @@ class SplitSearch(Frozen):
         "machines) that serves target_rate")
     target_rate: float | None = Field(None, gt=0, description="requests/s to serve (objective min_budget)")
     tp: list[int] = Field([8], min_length=1, description="TP degrees to try for each pool")
+    ep: list[int] = Field([1], min_length=1, description="EP degrees to try for each pool (MoE models; with each "
+                          "TP degree: ep > tp is attention data parallelism over max(tp, ep) devices)")
 
 
 class SplitwiseSpec(Frozen):
@@ -159,8 +191,7 @@ def with_pool_cache(model: ModelSpec, workload: Workload, kv_cache: KVCacheSpec 
     PrfaaS site. Other workloads keep their given ``prefix_hit``."""
     if not isinstance(workload, SessionWorkload):
         return workload, None
-    lay = Layout.of(pool.tp, 1, pool.pp)
-    return pool_cache(model, workload, kv_cache or KVCacheSpec(), hw, lay, dtypes, pool.count * pool.cp)
+    return pool_cache(model, workload, kv_cache or KVCacheSpec(), hw, pool.layout, dtypes, pool.count * pool.cp)
 
 
 def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, dtypes: DTypes,
@@ -212,7 +243,7 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
                        dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float],
                        kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
     hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
-    lay = Layout.of(b.pool.tp, 1, b.pool.pp)
+    lay = b.pool.layout
     check_layout(model, lay, hw)
     _no_cp(b.pool, f"baseline {b.name}")
     workload, cache = with_pool_cache(model, workload, kv_cache, b.pool, hw, dtypes)
@@ -227,14 +258,10 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
     ok, named = _check(slo, m, len(rates))
     ok &= np.isfinite(m["ttft_s"]["mean"])
     rate, i, binding = _max_rate(rates, ok, named, [])
-    watts = b.pool.count * _devices(b.pool) * float(at_rates(c, c.power_w, rate / b.pool.count)) if i >= 0 else np.nan
-    return _metrics(b.name, "colocated", f"{b.pool.count} x {hw.name} tp{b.pool.tp}", b.pool.count * _devices(b.pool),
+    watts = b.pool.count * b.pool.devices * float(at_rates(c, c.power_w, rate / b.pool.count)) if i >= 0 else np.nan
+    return _metrics(b.name, "colocated", f"{b.pool.count} x {hw.name} {b.pool.label}", b.pool.count * b.pool.devices,
                     rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw), watts
                     ).model_copy(update={"cache": cache})
-
-
-def _devices(p: Pool) -> int:
-    return p.tp * p.pp * p.cp
 
 
 def _no_cp(p: Pool, role: str) -> None:
@@ -245,11 +272,11 @@ def _no_cp(p: Pool, role: str) -> None:
 def _usd(p: Pool, hw: HardwareProfile, usd_per_h: dict[str, float]) -> float:
     base = p.hardware
     per = usd_per_h.get(base, hw.price.rent.value if hw.price.rent else float("nan"))
-    return p.count * _devices(p) * per
+    return p.count * p.devices * per
 
 
 def _power(p: Pool, hw: HardwareProfile) -> float:
-    return p.count * _devices(p) * hw.power.tdp.value
+    return p.count * p.devices * hw.power.tdp.value
 
 
 def _metrics(name, kind, machines, accelerators, rate, stats, m, i, binding, usd, power,
@@ -275,10 +302,26 @@ def kv_transfer_s(model: ModelSpec, spec: SplitwiseSpec, prompt_hw: HardwareProf
     return np.where(serial, full, layered), nbytes
 
 
+def _prompt_fits(model: ModelSpec, hw: HardwareProfile, pool: Pool, dtypes: DTypes, tokens: float,
+                 name: str) -> None:
+    """A prompt machine holds the weights and the KV cache of the longest prompt it prefills (on
+    one attention replica's devices; a context-parallel machine spreads it over ``cp`` instances)
+    until the cache is shipped; raise ``InfeasibleError`` otherwise."""
+    lay = pool.layout
+    free = float(np.ravel(free_kv_bytes_device(model, hw, lay, dtypes))[0])
+    need = (float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0]) * tokens / pool.cp
+            + float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0]))
+    if free < need:
+        room = f"{free / 1e9:.1f} GB free" if free > 0 else f"the weights alone exceed it by {-free / 1e9:.0f} GB"
+        raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}) has no room beside the weights for "
+                              f"the KV cache of the workload's longest prompt ({tokens:,.0f} tokens, ~{need / 1e9:.1f} "
+                              f"GB per device; {room}); use more devices per prompt machine")
+
+
 def _link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) -> float:
     if spec.link_gbps is not None:
         return spec.link_gbps * 1e9 / 8
-    return link_bytes_per_s(prompt_hw, _devices(d.prompt), token_hw, _devices(d.token))
+    return link_bytes_per_s(prompt_hw, d.prompt.devices, token_hw, d.token.devices)
 
 
 def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
@@ -288,14 +331,15 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
     workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
     stats = length_stats(workload)
-    play, tlay = Layout.of(d.prompt.tp, 1, d.prompt.pp), Layout.of(d.token.tp, 1, d.token.pp)
+    play, tlay = d.prompt.layout, d.token.layout
     check_layout(model, play, php)
     check_layout(model, tlay, thw)
     _no_cp(d.token, f"token pool of {d.name}")
     if spec.mixed_pool:
         _no_cp(d.prompt, f"mixed pool of {d.name}")
-    support, s, pre_w = prompt_service(model, php, play, dtypes, workload, d.prompt.cp)
     i, o, w = workload.joint_support()
+    _prompt_fits(model, php, d.prompt, dtypes, float(i.max()), d.name)
+    support, s, pre_w = prompt_service(model, php, play, dtypes, workload, d.prompt.cp)
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
     es, es2 = float(s.mean()), float((s**2).mean())
     cs2 = es2 / es**2 - 1
@@ -305,7 +349,7 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     c = serving_curve(model, thw, tlay, dtypes, dec_engine, dstats, workload.arrival.scv)
     if not np.isfinite(c.n[0, 0]):
         need = kv_cache_bytes_per_token(model, dtypes.kv) * (stats.mean_decode_ctx) / 1e9
-        raise InfeasibleError(f"{d.name}: a token machine ({thw.name} tp{d.token.tp}) has no room for the KV cache of "
+        raise InfeasibleError(f"{d.name}: a token machine ({thw.name} {d.token.label}) has no room for the KV cache of "
                               f"one request (~{need:.1f} GB) beside the weights; use more devices per token machine")
     token_cap = float(np.nanmax(c.rate)) * d.token.count
     prompt_cap = d.prompt.count / es
@@ -340,12 +384,12 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     watts = np.nan
     if idx >= 0:   # prompt machines busy a fraction rho at prefill power, token machines at their decode power
         p_idle = php.power.idle.value
-        watts = (d.prompt.count * _devices(d.prompt) * (p_idle + float(rho[idx]) * (pre_w - p_idle))
-                 + d.token.count * _devices(d.token) * float(at_rates(c, c.power_w, rate / d.token.count)))
+        watts = (d.prompt.count * d.prompt.devices * (p_idle + float(rho[idx]) * (pre_w - p_idle))
+                 + d.token.count * d.token.devices * float(at_rates(c, c.power_w, rate / d.token.count)))
     cp = f" cp{d.prompt.cp}" if d.prompt.cp > 1 else ""
-    machines = (f"{d.prompt.count} x {php.name} tp{d.prompt.tp}{cp} (prompt) + {d.token.count} x {thw.name} "
-                f"tp{d.token.tp} (token)")
-    acc = d.prompt.count * _devices(d.prompt) + d.token.count * _devices(d.token)
+    machines = (f"{d.prompt.count} x {php.name} {d.prompt.label}{cp} (prompt) + {d.token.count} x {thw.name} "
+                f"{d.token.label} (token)")
+    acc = d.prompt.count * d.prompt.devices + d.token.count * d.token.devices
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
     power = _power(d.prompt, php) + _power(d.token, thw)
     row = _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
@@ -428,7 +472,7 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
                                machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap), dtypes)[0]
     pools, prompt_n, token_n, mixed_n, share = _sim_roles(model, d, spec, workload, slo, engine, dtypes)
     hws = [machine_hw(p.hardware, spec.framework, p.power_cap) for p in pools]
-    lays = [Layout.of(p.tp, 1, p.pp) for p in pools]
+    lays = [p.layout for p in pools]
 
     def machines(counts):
         return [Machine(hws[k], lays[k], k) for k, c in enumerate(counts) for _ in range(c)]
@@ -452,8 +496,8 @@ def _sim_roles(model, d: Candidate, spec: SplitwiseSpec, workload, slo, engine, 
     """(pool of each machine type, prompt / token / mixed machines per type, share of requests
     served on mixed machines): the design's own pools, or the mixed pool's settled roles."""
     if not spec.mixed_pool:
-        same = (d.prompt.hardware, d.prompt.tp, d.prompt.pp, d.prompt.power_cap) == \
-            (d.token.hardware, d.token.tp, d.token.pp, d.token.power_cap)
+        same = (d.prompt.hardware, d.prompt.tp, d.prompt.ep, d.prompt.pp, d.prompt.power_cap) == \
+            (d.token.hardware, d.token.tp, d.token.ep, d.token.pp, d.token.power_cap)
         if same:
             return [d.prompt], [d.prompt.count], [d.token.count], [0], 0.0
         return [d.prompt, d.token], [d.prompt.count, 0], [0, d.token.count], [0, 0], 0.0
@@ -462,7 +506,8 @@ def _sim_roles(model, d: Candidate, spec: SplitwiseSpec, workload, slo, engine, 
     fixed = spec.model_copy(update={"mixed_pool": False})
     types, _, _ = machine_types(model, d, fixed, workload, slo, engine, dtypes, {})
     roles = best_roles(types)
-    pools = [d.prompt.model_copy(update={"hardware": t.hardware, "tp": t.tp, "pp": t.pp, "power_cap": t.power_cap,
+    pools = [d.prompt.model_copy(update={"hardware": t.hardware, "tp": t.tp, "ep": t.ep, "pp": t.pp,
+                                         "power_cap": t.power_cap,
                                          "count": t.count}) for t in types]
     mixed_rate = sum(t.mixed_rate * n for t, n in zip(types, roles.mixed, strict=True))
     return pools, list(roles.prompt), list(roles.token), list(roles.mixed), mixed_rate / max(roles.rate, 1e-300)

@@ -1,6 +1,7 @@
-"""Splitwise pool-size search: the best (prompt, token) machine counts per hardware pair and TP
-within a cost / power / machines budget (or the least budget for a target rate), the Pareto front
-of throughput, cost and provisioned power, and whether disaggregation pays against the baselines."""
+"""Splitwise pool-size search: the best (prompt, token) machine counts per hardware pair and
+parallel degrees (TP, and EP for MoE models) within a cost / power / machines budget (or the
+least budget for a target rate), the Pareto front of throughput, cost and provisioned power, and
+whether disaggregation pays against the baselines."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from planner.designs.pool_physics import machine_hw
 from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, evaluate_splitwise
 from planner.errors import InfeasibleError, InputError
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout, check_layout
+from planner.perf.parallel import check_layout
 from planner.search import pareto_front
 from planner.serving.batching import Engine
 from planner.serving.slo import SLO
@@ -31,12 +32,15 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
     assert sr is not None
     limits = _limits(sr, baselines)
     found, verdicts, points = [], [], []
+    degrees = [(tp, ep) for tp in sr.tp for ep in sr.ep]
     for prompt_hw, token_hw in sr.pairs:
         for cap in sr.token_power_caps:
-            for tp_p in sr.tp:
-                for tp_t in sr.tp:
-                    best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw,
-                                            token_hw, cap, sr, limits, tp_p, tp_t, kv_cache)
+            for deg_p in degrees:
+                for deg_t in degrees:
+                    prompt = Pool(hardware=prompt_hw, tp=deg_p[0], ep=deg_p[1], count=1)
+                    token = Pool(hardware=token_hw, tp=deg_t[0], ep=deg_t[1], count=1, power_cap=cap)
+                    best, pts = _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt, token,
+                                            sr, limits, kv_cache)
                     points += pts
                     if best is not None:
                         found.append(best)
@@ -79,40 +83,44 @@ def _limits(sr, baselines: list[PoolMetrics]) -> dict[str, float]:
 
 
 def _units(kind: str, usd_per_h: dict[str, float]):
-    """Budget used by one machine of ``tp`` accelerators, per kind ($/h, W of TDP, machines of 8)."""
-    return {"cost": lambda hw, name, tp: tp * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
-            "power": lambda hw, name, tp: tp * hw.power.tdp.value,
-            "machines": lambda hw, name, tp: tp / 8}[kind]
+    """Budget used by one machine of ``n`` accelerators, per kind ($/h, W of TDP, machines of 8)."""
+    return {"cost": lambda hw, name, n: n * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
+            "power": lambda hw, name, n: n * hw.power.tdp.value,
+            "machines": lambda hw, name, n: n / 8}[kind]
 
 
-def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw, token_hw, cap, sr, limits,
-                tp_p, tp_t, kv_cache=None):
-    """The best split of one (prompt, token) hardware pair and TP within every budget in ``limits``."""
+def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: Pool, token: Pool, sr, limits,
+                kv_cache=None):
+    """The best split of one (prompt, token) machine pair (hardware, degrees, the token pool's
+    power cap; counts of 1) within every budget in ``limits``."""
+    prompt_hw, token_hw, cap = prompt.hardware, token.hardware, token.power_cap
     php, thw = machine_hw(prompt_hw, spec.framework), machine_hw(token_hw, spec.framework, cap)
     spec = spec.model_copy(update={"mixed_pool": False})     # pool capacities of fixed pools
     kinds = list(limits)
-    up = np.array([_units(k, usd_per_h)(php, prompt_hw, tp_p) for k in kinds])
-    ut = np.array([_units(k, usd_per_h)(thw, token_hw, tp_t) for k in kinds])
+    up = np.array([_units(k, usd_per_h)(php, prompt_hw, prompt.devices) for k in kinds])
+    ut = np.array([_units(k, usd_per_h)(thw, token_hw, token.devices) for k in kinds])
     lim = np.array([limits[k] for k in kinds])
     max_p, max_t = int(np.min(lim // up)), int(np.min(lim // ut))
     if max_p < 1 or max_t < 1:
         return None, []
-    probe = Candidate(name="probe", prompt=Pool(hardware=prompt_hw, tp=tp_p, count=1),
-                      token=Pool(hardware=token_hw, tp=tp_t, count=1, power_cap=cap))
+    probe = Candidate(name="probe", prompt=prompt, token=token)
     try:
-        check_layout(model, Layout.of(tp_p, 1, 1))
-        check_layout(model, Layout.of(tp_t, 1, 1))
+        check_layout(model, prompt.layout, php)
+        check_layout(model, token.layout, thw)
     except InputError:
         return None, []
     # per-machine capacities from single-pool evaluations with many machines on the other side
     big = max(max_p, max_t) * 4
-    prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
-        "prompt": probe.prompt.model_copy(update={"count": n}),
-        "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-        usd_per_h, kv_cache).max_rate for n in range(1, max_p + 1)])
-    token_one = evaluate_splitwise(model, probe.model_copy(update={
-        "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-        usd_per_h, kv_cache).max_rate
+    try:        # a machine that cannot hold the weights and one request's KV serves nothing: skipped
+        prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
+            "prompt": probe.prompt.model_copy(update={"count": n}),
+            "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
+            usd_per_h, kv_cache).max_rate for n in range(1, max_p + 1)])
+        token_one = evaluate_splitwise(model, probe.model_copy(update={
+            "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
+            usd_per_h, kv_cache).max_rate
+    except InfeasibleError:
+        return None, []
     best, best_rate = None, 0.0
     if sr.objective == "min_budget":       # cheapest split (in the budget's unit) that serves target_rate
         if sr.target_rate is None:
@@ -133,19 +141,22 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt_hw
     n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
     within = np.all(n_p[..., None] * up + n_t[..., None] * ut <= lim * (1 + 1e-9), axis=-1)
     rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
-    cost = tp_p * n_p * usd_per_h.get(prompt_hw, np.nan) + tp_t * n_t * usd_per_h.get(token_hw, np.nan)
-    power = tp_p * n_p * php.power.tdp.value + tp_t * n_t * thw.power.tdp.value
+    cost = (prompt.devices * n_p * usd_per_h.get(prompt_hw, np.nan)
+            + token.devices * n_t * usd_per_h.get(token_hw, np.nan))
+    power = prompt.devices * n_p * php.power.tdp.value + token.devices * n_t * thw.power.tdp.value
     front = pareto_front(-rate[within], cost[within], power[within])
-    points = list(dict(pair=f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "") + f" tp{tp_p}/{tp_t}",
+    degrees = f"{prompt.label}/{token.label}".replace(" ", "-") if (prompt.ep, token.ep) != (1, 1) \
+        else f"tp{prompt.tp}/{token.tp}"
+    points = list(dict(pair=f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "") + f" {degrees}",
                        prompt=int(n_p[within][i]), token=int(n_t[within][i]), req_per_s=float(rate[within][i]),
                        usd_per_h=float(cost[within][i]), power_w=float(power[within][i])) for i in front)
     if best is None:
         return None, points
     tag = f"{prompt_hw}/{token_hw}" + (f"@{cap:.0%}" if cap < 1 else "")
-    tps = "" if (tp_p, tp_t) == (8, 8) else f" tp{tp_p}/tp{tp_t}"
+    tps = "" if (prompt.label, token.label) == ("tp8", "tp8") else f" {prompt.label}/{token.label}"
     return Candidate(name=f"best {tag}{tps} ({best[0]}P+{best[1]}T)",
-                     prompt=Pool(hardware=prompt_hw, tp=tp_p, count=best[0]),
-                     token=Pool(hardware=token_hw, tp=tp_t, count=best[1], power_cap=cap)), points
+                     prompt=prompt.model_copy(update={"count": best[0]}),
+                     token=token.model_copy(update={"count": best[1]})), points
 
 
 def _pareto(points: list[dict]) -> list[dict]:
