@@ -244,7 +244,7 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
                        kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
     hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
     lay = b.pool.layout
-    check_layout(model, lay, hw)
+    _layout_of(model, b.pool, hw, f"baseline {b.name}")
     _no_cp(b.pool, f"baseline {b.name}")
     workload, cache = with_pool_cache(model, workload, kv_cache, b.pool, hw, dtypes)
     stats = length_stats(workload)
@@ -262,6 +262,14 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
     return _metrics(b.name, "colocated", f"{b.pool.count} x {hw.name} {b.pool.label}", b.pool.count * b.pool.devices,
                     rate, stats, m, i, binding, _usd(b.pool, hw, usd_per_h), _power(b.pool, hw), watts
                     ).model_copy(update={"cache": cache})
+
+
+def _layout_of(model: ModelSpec, pool: Pool, hw: HardwareProfile, role: str) -> None:
+    """``check_layout`` of a pool's machine, its error naming the pool."""
+    try:
+        check_layout(model, pool.layout, hw)
+    except InputError as e:
+        raise InputError(f"{role}: {e}") from None
 
 
 def _no_cp(p: Pool, role: str) -> None:
@@ -332,8 +340,8 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
     workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
     stats = length_stats(workload)
     play, tlay = d.prompt.layout, d.token.layout
-    check_layout(model, play, php)
-    check_layout(model, tlay, thw)
+    _layout_of(model, d.prompt, php, f"{d.name} prompt pool")
+    _layout_of(model, d.token, thw, f"{d.name} token pool")
     _no_cp(d.token, f"token pool of {d.name}")
     if spec.mixed_pool:
         _no_cp(d.prompt, f"mixed pool of {d.name}")
