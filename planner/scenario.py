@@ -21,7 +21,7 @@ from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.polca import PolcaSpec
 from planner.designs.prfaas import PrfaasSpec
 from planner.designs.slo_search import SloSearchSpec
-from planner.designs.splitwise import SplitwiseSpec
+from planner.designs.splitwise_spec import SplitwiseSpec
 from planner.errors import InputError, PlannerError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from planner.catalog.hardware import HardwareProfile
 from planner.designs.autoscale import AutoscaleSpec
 from planner.designs.fleet import FleetSpec
-from planner.designs.splitwise import SplitwiseSpec
+from planner.designs.splitwise_spec import SplitwiseSpec
 from planner.errors import InputError
 from planner.frozen import Frozen
 

@@ -43,6 +43,8 @@ import numpy as np
 
 from planner.catalog.model import ModelSpec
 from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
+from planner.designs.splitwise_pools import evaluate_colocated, evaluate_pools, kv_link_bytes_per_s, kv_transfer_s
+from planner.designs.splitwise_spec import Baseline
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.serving.batching import Engine
@@ -142,14 +144,6 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
                   usd_per_h: dict[str, float]) -> tuple[list[MachineType], list[int], list[int]]:
     """The design's machine types (identical pools merge) with their role capacities, and the
     design's own prompt and token counts per type."""
-    from planner.designs.splitwise import (
-        Baseline,
-        _link_bytes_per_s,
-        evaluate_colocated,
-        evaluate_splitwise,
-        kv_transfer_s,
-    )
-
     pools = [d.prompt, d.token]
     keys = list(dict.fromkeys(_machine_key(p) for p in pools))
     count = {k: sum(p.count for p in pools if _machine_key(p) == k) for k in keys}
@@ -161,7 +155,7 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
                                            "count": 1})
         hw = machine_hw(hw_name, spec.framework, cap)
         lay = pool.layout
-        token_one = evaluate_splitwise(model, d.model_copy(update={
+        token_one = evaluate_pools(model, d.model_copy(update={
             "token": pool, "prompt": d.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine,
             dtypes, usd_per_h).max_rate
         mixed_one = evaluate_colocated(model, Baseline(name="mixed", pool=pool), workload, slo, engine, dtypes,
@@ -171,7 +165,7 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
         thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
         support, s, _ = prompt_service(model, hw, lay, dtypes, workload)
         mean_bytes = float(kv_transfer_s(model, spec, hw, thw, pair, support, s, dtypes.kv)[1].mean())
-        kv_cap = _link_bytes_per_s(spec, hw, thw, pair) / mean_bytes
+        kv_cap = kv_link_bytes_per_s(spec, hw, thw, pair) / mean_bytes
         types.append(MachineType(hw_name, tp, pp, cap, count[key],
                                  prompt_rates(model, hw, lay, dtypes, workload, slo, count[key], kv_cap), token_one,
                                  mixed_one, ep=ep))

@@ -1,7 +1,8 @@
 """Splitwise pool-size search: the best (prompt, token) machine counts per hardware pair and
 parallel degrees (TP, and EP for MoE models) within a cost / power / machines budget (or the
 least budget for a target rate), the Pareto front of throughput, cost and provisioned power, and
-whether disaggregation pays against the baselines."""
+the plan (``splitwise.plan_splitwise``) then says whether disaggregation pays against the
+baselines."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 from planner.catalog.model import ModelSpec
 from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.pool_physics import machine_hw
-from planner.designs.splitwise import Candidate, Pool, PoolMetrics, SplitwiseSpec, evaluate_splitwise
+from planner.designs.splitwise_pools import PoolMetrics, evaluate_pools
+from planner.designs.splitwise_spec import Candidate, Pool, SplitwiseSpec
 from planner.errors import InfeasibleError, InputError
 from planner.perf.ops import DTypes
 from planner.perf.parallel import check_layout
@@ -22,8 +24,9 @@ from planner.serving.workload import Workload
 
 def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo: SLO, engine: Engine,
                   dtypes: DTypes, usd_per_h: dict[str, float], baselines: list[PoolMetrics],
-                  kv_cache: KVCacheSpec | None = None) -> tuple[list[Candidate], list[str], list[dict]]:
-    """Best (prompt, token) machine counts per hardware pair within the budget.
+                  kv_cache: KVCacheSpec | None = None) -> tuple[list[Candidate], list[dict]]:
+    """(the best (prompt, token) machine counts per hardware pair and degrees within the budget,
+    the Pareto front of every split tried).
 
     The prompt pool's SLO-meeting capacity depends only on its count and the token pool's only on
     its count, so each is evaluated once per count and every split is the minimum of the two (the
@@ -31,7 +34,7 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
     sr = spec.search
     assert sr is not None
     limits = _limits(sr, baselines)
-    found, verdicts, points = [], [], []
+    found, points = [], []
     degrees = [(tp, ep) for tp in sr.tp for ep in sr.ep]
     for prompt_hw, token_hw in sr.pairs:
         for cap in sr.token_power_caps:
@@ -44,22 +47,7 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
                     points += pts
                     if best is not None:
                         found.append(best)
-    if not found:
-        verdicts.append("no split of the searched pairs within the budget meets the SLOs")
-    best_base = max(baselines, key=lambda b: b.max_rate, default=None)
-    if best_base is not None and found:
-        evals = [(evaluate_splitwise(model, d, spec, workload, slo, engine, dtypes, usd_per_h, kv_cache), d)
-                 for d in found]
-        top, d = max(evals, key=lambda e: e[0].max_rate)
-        ratio = top.max_rate / best_base.max_rate if best_base.max_rate > 0 else float("inf")
-        if ratio > 1.0:
-            verdicts.append(f"disaggregation pays: {top.name} serves {ratio:.2f}x the rate of {best_base.name} "
-                            f"within the same {' and '.join(sr.budgets)} budget")
-        else:
-            verdicts.append(f"disaggregation does not pay: the best split ({top.name}, {top.max_rate:.3g} req/s, "
-                            f"limited by {top.binding}) serves {ratio:.2f}x {best_base.name} "
-                            f"({best_base.max_rate:.3g} req/s); keep prefill and decode together")
-    return found, verdicts, _pareto(points)
+    return found, _pareto(points)
 
 
 def _limits(sr, baselines: list[PoolMetrics]) -> dict[str, float]:
@@ -112,11 +100,11 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     # per-machine capacities from single-pool evaluations with many machines on the other side
     big = max(max_p, max_t) * 4
     try:        # a machine that cannot hold the weights and one request's KV serves nothing: skipped
-        prompt_rate = np.array([evaluate_splitwise(model, probe.model_copy(update={
+        prompt_rate = np.array([evaluate_pools(model, probe.model_copy(update={
             "prompt": probe.prompt.model_copy(update={"count": n}),
             "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
             usd_per_h, kv_cache).max_rate for n in range(1, max_p + 1)])
-        token_one = evaluate_splitwise(model, probe.model_copy(update={
+        token_one = evaluate_pools(model, probe.model_copy(update={
             "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
             usd_per_h, kv_cache).max_rate
     except InfeasibleError:
