@@ -283,7 +283,7 @@ def whatif(
             doc["breakdown"] = operator_breakdown(e)
         print_json(doc)
     else:
-        from planner.whatif_report import print_estimate
+        from planner.report.whatif import print_estimate
         print_estimate(e, explain=explain)
     if not e.fits:
         err.print(f"[bold red]does not fit:[/] {e.infeasible_reason}")
@@ -345,7 +345,7 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
     from planner.scenario import load_scenario
 
     scn = load_scenario(scenario, sets)
-    from planner.plan_outputs import check_plan_outputs
+    from planner.report.outputs import check_plan_outputs
 
     check_plan_outputs(scenario, scn, csv_out, plot)   # before the work: folder, suffix, not an input
     if emit and emit[0] is not None:
@@ -353,7 +353,7 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
 
         check_emit(*emit)
     if plot:
-        from planner.plots import _pyplot
+        from planner.report.plots import _pyplot
 
         _pyplot()                       # fail fast, before the work, if matplotlib is missing
     if json_out:
@@ -369,35 +369,35 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
     if json_out:
         print_json(result.model_dump(mode="json") | ({"prices": [q.model_dump() for q in extra]} if extra else {}))
     elif result.design == "splitwise":
-        from planner.plan_report import print_splitwise
+        from planner.report.plan import print_splitwise
 
         print_splitwise(result)
     elif result.design == "polca":
-        from planner.plan_report import print_polca
+        from planner.report.plan import print_polca
 
         print_polca(result)
     elif result.design == "prfaas":
-        from planner.plan_report import print_prfaas
+        from planner.report.plan import print_prfaas
 
         print_prfaas(result)
     elif result.design == "slo-search":
-        from planner.plan_report import print_slo_search
+        from planner.report.plan import print_slo_search
 
         print_slo_search(result)
     elif result.design == "distserve":
-        from planner.plan_report import print_distserve
+        from planner.report.plan import print_distserve
 
         print_distserve(result)
     elif result.design == "fleet":
-        from planner.plan_report import print_fleet
+        from planner.report.plan import print_fleet
 
         print_fleet(result)
     elif result.design == "horizon":
-        from planner.horizon_report import print_horizon
+        from planner.report.horizon import print_horizon
 
         print_horizon(result)
     else:
-        from planner.plan_report import print_plan
+        from planner.report.plan import print_plan
 
         print_plan(result)
     if extra and not json_out:
@@ -405,15 +405,15 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
 
         out.print("prices used: " + "; ".join(q.text() for q in extra))
     if not json_out:
-        from planner.plan_report import print_certainty
+        from planner.report.plan import print_certainty
 
         print_certainty(result)
     if plot:
-        from planner.plots import plot_result
+        from planner.report.plots import plot_result
 
         plot_result(result, plot)
     if csv_out:
-        from planner.export import write_csv
+        from planner.report.export import write_csv
 
         write_csv(result, csv_out)
     if emit and emit[0] is not None:
@@ -479,7 +479,7 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
     if not isinstance(scn.workload, SessionWorkload) or scn.design.type != "colocated":
         raise InputError(f"{scenario}: 'planner sessions' needs a colocated scenario with workload.sessions")
     if plot:
-        from planner.plots import _pyplot
+        from planner.report.plots import _pyplot
 
         _pyplot()
     result = run_scenario(scn)
@@ -487,11 +487,11 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
     if json_out:
         print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})
     else:
-        from planner.sessions_report import print_sessions
+        from planner.report.sessions import print_sessions
 
         print_sessions(result, curve)
     if plot:
-        from planner.sessions_report import plot_curve
+        from planner.report.sessions import plot_curve
 
         plot_curve(result, curve, plot)
 
@@ -522,7 +522,7 @@ def validate(json_out: bool = typer.Option(False, "--json", help="Print {points,
     if json_out:
         print_json(result)
         return
-    from planner.validate_report import print_validation
+    from planner.report.validation import print_validation
 
     print_validation(result)
 

@@ -236,7 +236,7 @@ def test_csv_onto_input_file_rejected(tmp_path):
 
 
 def test_failed_csv_write_leaves_no_file(tmp_path, monkeypatch):
-    from planner import export
+    from planner.report import export
 
     target = tmp_path / "out.csv"
 

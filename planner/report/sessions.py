@@ -41,7 +41,7 @@ def print_sessions(result, curve) -> None:
 
 
 def plot_curve(result, curve, path: str) -> None:
-    from planner.plots import _pyplot
+    from planner.report.plots import _pyplot
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -1,4 +1,8 @@
-"""Presentation: rich tables and JSON for the CLI. No physics here."""
+"""Presentation: rich tables and JSON for the CLI (this module: the console, JSON and the shared
+table helpers), one module per view - ``plan`` (every design's plan), ``whatif``, ``validation``,
+``horizon``, ``sessions`` - with ``export`` (CSV), ``plots`` / ``horizon_plot`` (matplotlib, an
+optional extra) and ``outputs`` (the output files a plan will write, checked before it runs).
+No physics here."""
 
 from __future__ import annotations
 

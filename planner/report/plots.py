@@ -20,7 +20,7 @@ def plot_result(result, path: str) -> None:
     """Draw the figure that fits the result's design into ``path`` (PNG, PDF or SVG)."""
     plt = _pyplot()
     if result.design == "horizon":
-        from planner.horizon_plot import plot_horizon
+        from planner.report.horizon_plot import plot_horizon
 
         fig = plot_horizon(plt, result)
     elif result.design == "polca":
