@@ -141,3 +141,12 @@ def test_unquantized_modules_from_the_quantization_config(tmp_path, quant, kept)
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     assert planner.model_from_hf_config(p).unquantized == kept
+
+
+def test_quantization_config_that_is_not_an_object_is_named(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(dict(model_type="llama", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8,
+                                 num_hidden_layers=2, vocab_size=1000, intermediate_size=1000,
+                                 quantization_config="fp8")))
+    with pytest.raises(InputError, match="field 'quantization_config' is a str; expected an object"):
+        planner.model_from_hf_config(p)

@@ -64,6 +64,10 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
     if model_type is None:
         raise InputError(f"{origin}: missing field 'model_type'")
     _refuse_multimodal(data, origin)
+    quant = data.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict):
+        raise InputError(f"{origin}: field 'quantization_config' is a {type(quant).__name__}; expected an object "
+                         "(e.g. {\"quant_method\": \"fp8\"}) or no such field")
     if model_type not in SUPPORTED:
         raise InputError(f"{origin}: field 'model_type' is {model_type!r}, which is not supported; "
                          f"supported: {', '.join(SUPPORTED)}")
