@@ -50,6 +50,16 @@ PositiveFinite = Annotated[float, Field(gt=0), AfterValidator(_finite)]
 NonNegativeFinite = Annotated[float, Field(ge=0), AfterValidator(_finite)]
 
 
+def _positive_ints(v: list[int]) -> list[int]:
+    if not v or any(x < 1 for x in v):
+        raise ValueError(f"must be a non-empty list of positive integers, got {v}")
+    return v
+
+
+Degrees = Annotated[list[int], AfterValidator(_positive_ints)]
+"""Parallel degrees to try (TP, EP or PP of a search): a non-empty list of positive integers."""
+
+
 def check_context(model, tokens: float, what: str = "input + output") -> None:
     """Prompt + output must fit the model's context window (``max_position_embeddings``): an engine
     rejects longer requests (vLLM: ``max_model_len``), so planning them is planning nonsense."""

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
+from planner.checks import Degrees
 from planner.designs.colocated import ColocatedSpec
 from planner.designs.distserve import DistServeSpec
 from planner.designs.fleet import FleetSpec
@@ -39,27 +40,19 @@ def _resolve(value: str, info: ValidationInfo) -> str:
     return value
 
 
-def _positive_list(v: list[int]) -> list[int]:
-    if not v or any(x < 1 for x in v):
-        raise ValueError(f"must be a non-empty list of positive integers, got {v}")
-    return v
-
-
 class SearchSpace(Frozen):
     """Candidates to evaluate: every hardware x layout x weight dtype."""
 
     hardware: list[str] = Field(min_length=1, description="profile names or YAML paths")
-    tp: list[int] = [1, 2, 4, 8]
-    ep: list[int] = [1]
-    pp: list[int] = [1]
+    tp: Degrees = [1, 2, 4, 8]
+    ep: Degrees = [1]
+    pp: Degrees = [1]
     weight_dtype: list[DType] = [DType.bf16]
     kv_dtype: DType | None = None
     max_instances: int = Field(100_000, ge=1)
     workers: int = Field(1, ge=1, le=256, description="local processes evaluating blocks of candidates "
                          "(slo-search and colocated searches; the same answer on any number; a session "
                          "workload's plan, one candidate at a time, runs in one process)")
-
-    _check_lists = field_validator("tp", "ep", "pp")(_positive_list)
 
     @field_validator("hardware")
     @classmethod

@@ -234,3 +234,8 @@ def test_simulator_confirms_an_expert_parallel_split():
     sim = simulate_design(m, d, spec, scn.workload, scn.slo, scn.engine, 0.8 * an.max_rate, 6_000, 3)
     assert sim.meets_slo, sim.violations
     assert sim.tpot_s["mean"] == pytest.approx(an.tpot_s["mean"], rel=0.15)
+
+
+def test_search_degrees_must_be_positive():
+    with pytest.raises(ValueError, match="must be a non-empty list of positive integers, got \\[0, 8\\]"):
+        SplitSearch(pairs=[("h200", "h200")], limit=100.0, ep=[0, 8])

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
+from planner.checks import Degrees
 from planner.designs.pool_physics import machine_hw, prompt_service
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
@@ -52,8 +53,8 @@ Placement = Literal["high-node-affinity", "low-node-affinity"]
 
 
 class PhaseSpace(Frozen):
-    tp: list[int] = Field([1, 2, 4, 8], min_length=1)
-    pp: list[int] = Field([1, 2, 4], min_length=1)
+    tp: Degrees = [1, 2, 4, 8]
+    pp: Degrees = [1, 2, 4]
 
 
 class DistServeSpec(Frozen):

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from planner.catalog.dtypes import DType
+from planner.checks import Degrees
 from planner.frozen import Frozen
 from planner.perf.parallel import Layout
 
@@ -107,8 +108,8 @@ class SplitSearch(Frozen):
         "max_throughput", description="most requests/s within the budget, or the least budget (cost, power or "
         "machines) that serves target_rate")
     target_rate: float | None = Field(None, gt=0, description="requests/s to serve (objective min_budget)")
-    tp: list[int] = Field([8], min_length=1, description="TP degrees to try for each pool")
-    ep: list[int] = Field([1], min_length=1, description="EP degrees to try for each pool (MoE models; with each "
+    tp: Degrees = Field([8], description="TP degrees to try for each pool")
+    ep: Degrees = Field([1], description="EP degrees to try for each pool (MoE models; with each "
                           "TP degree: ep > tp is attention data parallelism over max(tp, ep) devices)")
 
 
