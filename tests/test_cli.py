@@ -35,6 +35,21 @@ def test_whatif_explain_lists_operators():
         assert op in r.stdout
 
 
+def test_explain_cuts_long_sources_and_json_keeps_them():
+    # sglang-ascend's INT8 GEMM source is a paragraph: the table shows its first clause, --json all
+    from planner.report.whatif import short_source
+
+    args = ["whatif", "--model", "qwen3-32b", "--hardware", "ascend-910c", "--tp", "2", "--input-len", "2048",
+            "--output-len", "64", "--weight-dtype", "int8", "--framework", "sglang-ascend", "--explain"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "#2514 ..." in r.stdout and "W8A8 performance no" not in r.stdout
+    full = json.loads(runner.invoke(app, [*args, "--json"]).stdout)["breakdown"]
+    assert any("W8A8 performance no better than BF16" in row["source"] for row in full)
+    assert short_source("fa3_h100") == "fa3_h100"
+    assert short_source("x" * 60) == "x" * 48 + " ..."
+
+
 def test_does_not_fit_exits_1_with_advice():
     r = runner.invoke(app, ["whatif", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--tp", "4",
                             "--input-len", "100", "--output-len", "10"])

@@ -72,7 +72,8 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
 
         dies = get_hardware(e.hardware).dies_per_device
         unit = "per device" if dies == 1 else f"per die: each of the {dies} dies of a package is one rank"
-        t = Table(title=f"Per-operator breakdown ({unit}, all layers)")
+        t = Table(title=f"Per-operator breakdown ({unit}, all layers)",
+                  caption="long sources are cut at their first clause; --json gives each in full")
         left = ("phase", "operator", "bound", "efficiency applied", "source")
         for col in ("phase", "operator", "layers", "time", "share", "roofline", "FLOPs", "bytes", "bound",
                     "efficiency applied", "source"):
@@ -81,5 +82,16 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         for r in operator_breakdown(e):
             t.add_row(r["phase"], r["op"], str(r["layers"]), si(r["time_s"], "s"),
                       f"{100 * r['time_s'] / totals[r['phase']]:.1f}%", si(r["roofline_s"], "s"),
-                      si(r["flops"], "FLOP"), si(r["bytes"], "B"), r["bound"], r["efficiency"], r["source"])
+                      si(r["flops"], "FLOP"), si(r["bytes"], "B"), r["bound"], r["efficiency"],
+                      short_source(r["source"]))
         out.print(t)
+
+
+def short_source(text: str, width: int = 48) -> str:
+    """A source as a table cell: whole when short, else its first clause (up to the first
+    parenthesis, comma, colon or semicolon within ``width`` characters) and an ellipsis."""
+    if len(text) <= width:
+        return text
+    cuts = [i for sep in (" (", ", ", ": ", "; ") if 0 < (i := text.find(sep)) <= width]
+    head = text[:min(cuts)] if cuts else text[:width].rsplit(" ", 1)[0]
+    return head + " ..."
