@@ -1,6 +1,7 @@
-"""Splitwise pools (Patel et al., ISCA 2024) as queues: a prompt pool and a token pool, possibly of different
-hardware or power caps; each request is prefilled on a prompt machine, which produces the first
-token, and its KV cache is shipped over the scale-out network to a token machine that decodes it.
+"""Splitwise's pools as queues (Patel et al., ISCA 2024): a prompt pool and a token pool, possibly
+of different hardware or power caps; each request is prefilled on a prompt machine, which produces
+the first token, and its KV cache is shipped over the scale-out network to a token machine that
+decodes it. A machine is ``max(tp, ep) x pp`` devices (``splitwise_spec.Pool``).
 
 Analytic model, per design and offered rate lambda (vectorized over a rate grid):
 
