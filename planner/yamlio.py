@@ -170,7 +170,8 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     field = ".".join(loc) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(loc[-1], sorted(_field_names(model)), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(loc[-1], sorted(_fields_at(model, loc[:-1]) or _field_names(model)), n=1,
+                                          cutoff=0.6)
         msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
     elif e["type"] == "missing":
         msg = "required field is missing"
@@ -192,6 +193,21 @@ def _file_path(loc: tuple[str, ...], lines: Lines) -> tuple[str, ...]:
             continue
         out = (*out, part)
     return out
+
+
+def _fields_at(model: type[BaseModel], path: tuple[str, ...]) -> set[str]:
+    """Field names of the section at ``path`` (a file location: list indices and keys; a union's
+    members that hold the next key), so an unknown key is matched against its own section's
+    names; empty where the path cannot be followed (then the caller takes every name)."""
+    models: list[type[BaseModel]] = [model]
+    for part in path:
+        if part.isdigit():
+            continue                     # a list item: the list's own item type is already held
+        nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
+        if not nxt:
+            return set()
+        models = nxt
+    return {name for m in models for name in m.model_fields}
 
 
 def _field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:

@@ -239,3 +239,16 @@ def test_simulator_confirms_an_expert_parallel_split():
 def test_search_degrees_must_be_positive():
     with pytest.raises(ValueError, match="must be a non-empty list of positive integers, got \\[0, 8\\]"):
         SplitSearch(pairs=[("h200", "h200")], limit=100.0, ep=[0, 8])
+
+
+def test_unknown_pool_key_is_matched_against_the_pool_fields(tmp_path):
+    # a typo in a pool is matched against the pool's own fields ('cont' -> nothing of
+    # hardware/tp/ep/pp/count/power_cap/cp beats the missing count; 'powr_cap' -> 'power_cap'),
+    # not against every key of the scenario ('extra' used to suggest workload's 'trace')
+    text = (ROOT / "scenarios/deepseek-v3-splitwise-h200.yaml").read_text()
+    for typo, expected in (("extra: 1", r"token\.extra: unknown key$"), ("powr_cap: 1", "did you mean 'power_cap'")):
+        p = tmp_path / "s.yaml"
+        p.write_text(text.replace("token: {hardware: h200, tp: 1, ep: 8, count: 4}",
+                                  f"token: {{hardware: h200, tp: 1, ep: 8, count: 4, {typo}}}"))
+        with pytest.raises(planner.InputError, match=expected):
+            load_scenario(p)
