@@ -67,6 +67,11 @@ class MachineType:
     mixed_rate: float            # per mixed machine
     ep: int = 1
 
+    @property
+    def key(self) -> tuple:
+        """``machine_key`` of these machines."""
+        return self.hardware, self.tp, self.ep, self.pp, self.power_cap
+
 
 @dataclass(frozen=True)
 class Roles:
@@ -145,14 +150,13 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
     """The design's machine types (identical pools merge) with their role capacities, and the
     design's own prompt and token counts per type."""
     pools = [d.prompt, d.token]
-    keys = list(dict.fromkeys(_machine_key(p) for p in pools))
-    count = {k: sum(p.count for p in pools if _machine_key(p) == k) for k in keys}
+    keys = list(dict.fromkeys(machine_key(p) for p in pools))
+    count = {k: sum(p.count for p in pools if machine_key(p) == k) for k in keys}
     big = 4 * sum(count.values())
     types = []
     for key in keys:
         hw_name, tp, ep, pp, cap = key
-        pool = d.prompt.model_copy(update={"hardware": hw_name, "tp": tp, "ep": ep, "pp": pp, "power_cap": cap,
-                                           "count": 1})
+        pool = pool_of(d.prompt, key, 1)
         hw = machine_hw(hw_name, spec.framework, cap)
         lay = pool.layout
         token_one = evaluate_pools(model, d.model_copy(update={
@@ -169,15 +173,22 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
         types.append(MachineType(hw_name, tp, pp, cap, count[key],
                                  prompt_rates(model, hw, lay, dtypes, workload, slo, count[key], kv_cap), token_one,
                                  mixed_one, ep=ep))
-    own = [_machine_key(p) for p in pools]
+    own = [machine_key(p) for p in pools]
     prompt_n = [d.prompt.count if k == own[0] else 0 for k in keys]
     token_n = [d.token.count if k == own[1] else 0 for k in keys]
     return types, prompt_n, token_n
 
 
-def _machine_key(p) -> tuple:
+def machine_key(p) -> tuple:
     """What makes two pools' machines interchangeable: hardware, degrees and power cap."""
     return p.hardware, p.tp, p.ep, p.pp, p.power_cap
+
+
+def pool_of(template, key: tuple, count: int):
+    """``count`` machines of ``key`` (``machine_key``), the rest of ``template``'s fields kept."""
+    hardware, tp, ep, pp, cap = key
+    return template.model_copy(update={"hardware": hardware, "tp": tp, "ep": ep, "pp": pp, "power_cap": cap,
+                                       "count": count})
 
 
 def evaluate_mixed(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engine: Engine, dtypes: DTypes,

@@ -33,6 +33,7 @@ from planner.catalog.model_catalog import model as get_model
 from planner.designs.kv_cache import CacheReport
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
+from planner.perf.cost import device_rate
 from planner.perf.memory import kv_cache_bytes_per_token, state_bytes_per_sequence_device
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout, dp_ranks
@@ -168,8 +169,7 @@ def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: 
 
 def _price(site: Site, usd_per_h: dict[str, float]) -> float:
     hw = get_hardware(site.hardware)
-    per = usd_per_h.get(site.hardware, hw.price.rent.value if hw.price.rent else float("nan"))
-    return site.tp * per
+    return site.tp * device_rate(usd_per_h, site.hardware, hw)
 
 
 def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_h: dict[str, float],

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
 from planner.designs.kv_cache import KVCacheSpec
-from planner.designs.mixed_pool import best_roles, evaluate_mixed, machine_types
+from planner.designs.mixed_pool import best_roles, evaluate_mixed, machine_key, machine_types, pool_of
 from planner.designs.pool_physics import machine_hw
 from planner.designs.splitwise_pools import (
     PoolMetrics,
@@ -172,17 +172,13 @@ def _sim_roles(model, d: Candidate, spec: SplitwiseSpec, workload, slo, engine, 
     """(pool of each machine type, prompt / token / mixed machines per type, share of requests
     served on mixed machines): the design's own pools, or the mixed pool's settled roles."""
     if not spec.mixed_pool:
-        same = (d.prompt.hardware, d.prompt.tp, d.prompt.ep, d.prompt.pp, d.prompt.power_cap) == \
-            (d.token.hardware, d.token.tp, d.token.ep, d.token.pp, d.token.power_cap)
-        if same:
+        if machine_key(d.prompt) == machine_key(d.token):
             return [d.prompt], [d.prompt.count], [d.token.count], [0], 0.0
         return [d.prompt, d.token], [d.prompt.count, 0], [0, d.token.count], [0, 0], 0.0
     fixed = spec.model_copy(update={"mixed_pool": False})
     types, _, _ = machine_types(model, d, fixed, workload, slo, engine, dtypes, {})
     roles = best_roles(types)
-    pools = [d.prompt.model_copy(update={"hardware": t.hardware, "tp": t.tp, "ep": t.ep, "pp": t.pp,
-                                         "power_cap": t.power_cap,
-                                         "count": t.count}) for t in types]
+    pools = [pool_of(d.prompt, t.key, t.count) for t in types]
     mixed_rate = sum(t.mixed_rate * n for t, n in zip(types, roles.mixed, strict=True))
     return pools, list(roles.prompt), list(roles.token), list(roles.mixed), mixed_rate / max(roles.rate, 1e-300)
 

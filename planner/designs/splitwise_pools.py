@@ -31,6 +31,7 @@ from planner.designs.kv_link import link_bytes_per_s, pair_overhead_s
 from planner.designs.pool_physics import machine_hw, prompt_service, prompt_ttft
 from planner.designs.splitwise_spec import Baseline, Candidate, Pool, SlowdownReference, SplitwiseSpec
 from planner.errors import InfeasibleError, InputError
+from planner.perf.cost import device_rate
 from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
@@ -159,9 +160,7 @@ def no_cp(p: Pool, role: str) -> None:
 
 
 def _usd(p: Pool, hw: HardwareProfile, usd_per_h: dict[str, float]) -> float:
-    base = p.hardware
-    per = usd_per_h.get(base, hw.price.rent.value if hw.price.rent else float("nan"))
-    return p.count * p.devices * per
+    return p.count * p.devices * device_rate(usd_per_h, p.hardware, hw)
 
 
 def _power(p: Pool, hw: HardwareProfile) -> float:

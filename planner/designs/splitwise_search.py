@@ -14,6 +14,7 @@ from planner.designs.pool_physics import machine_hw
 from planner.designs.splitwise_pools import PoolMetrics, evaluate_pools
 from planner.designs.splitwise_spec import Candidate, Pool, SplitwiseSpec
 from planner.errors import InfeasibleError, InputError
+from planner.perf.cost import device_rate
 from planner.perf.ops import DTypes
 from planner.perf.parallel import check_layout
 from planner.search import pareto_front
@@ -72,7 +73,7 @@ def _limits(sr, baselines: list[PoolMetrics]) -> dict[str, float]:
 
 def _units(kind: str, usd_per_h: dict[str, float]):
     """Budget used by one machine of ``n`` accelerators, per kind ($/h, W of TDP, machines of 8)."""
-    return {"cost": lambda hw, name, n: n * usd_per_h.get(name, hw.price.rent.value if hw.price.rent else np.nan),
+    return {"cost": lambda hw, name, n: n * device_rate(usd_per_h, name, hw),
             "power": lambda hw, name, n: n * hw.power.tdp.value,
             "machines": lambda hw, name, n: n / 8}[kind]
 

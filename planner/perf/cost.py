@@ -137,5 +137,11 @@ class CostModel(Frozen):
                                f"{self.pue:g} at ${self.usd_per_kwh:g}/kWh")
 
 
+def device_rate(usd_per_h: dict[str, float], name: str, hw: HardwareProfile) -> float:
+    """$/h of one ``name`` device from a design's rate table (``CostModel.rates``), else the
+    profile's default rent; NaN without either."""
+    return usd_per_h.get(name, hw.price.rent.value if hw.price.rent else float("nan"))
+
+
 def usd_per_million_tokens(usd_per_h, tokens_per_s):
     return usd_per_h / HOUR_S / tokens_per_s * 1e6
