@@ -252,3 +252,18 @@ def test_unknown_pool_key_is_matched_against_the_pool_fields(tmp_path):
                                   f"token: {{hardware: h200, tp: 1, ep: 8, count: 4, {typo}}}"))
         with pytest.raises(planner.InputError, match=expected):
             load_scenario(p)
+
+
+def test_pareto_front_prices_hardware_at_the_rate_its_budget_used():
+    # a search whose rate table names no hardware prices its budget at the profiles' default rent;
+    # its Pareto points must use the same rate (they were NaN, and the front came out empty)
+    m = planner.model("llama-3.1-8b")
+    w = Workload(rate=1.0, input=Fixed(value=512), output=Fixed(value=128))
+    spec = SplitwiseSpec(
+        baselines=[{"name": "colo", "pool": {"hardware": "a100-80g", "tp": 1, "count": 4}}],
+        search=SplitSearch(pairs=[("a100-80g", "a100-80g")], budget="cost", of_baseline="colo", tp=[1]))
+    r = plan_splitwise(m, spec, w, SLO(ttft_s=Target(p90=1.0), tpot_s=Target(p90=0.05)), Engine(), {}, "x")
+    rent = planner.hardware("a100-80g").price.rent.value
+    assert r.pareto
+    for point in r.pareto:
+        assert point["usd_per_h"] == pytest.approx((point["prompt"] + point["token"]) * rent)

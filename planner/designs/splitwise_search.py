@@ -130,8 +130,8 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
     within = np.all(n_p[..., None] * up + n_t[..., None] * ut <= lim * (1 + 1e-9), axis=-1)
     rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
-    cost = (prompt.devices * n_p * usd_per_h.get(prompt_hw, np.nan)
-            + token.devices * n_t * usd_per_h.get(token_hw, np.nan))
+    cost = (prompt.devices * n_p * device_rate(usd_per_h, prompt_hw, php)
+            + token.devices * n_t * device_rate(usd_per_h, token_hw, thw))
     power = prompt.devices * n_p * php.power.tdp.value + token.devices * n_t * thw.power.tdp.value
     front = pareto_front(-rate[within], cost[within], power[within])
     degrees = f"{prompt.label}/{token.label}".replace(" ", "-") if (prompt.ep, token.ep) != (1, 1) \
