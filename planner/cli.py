@@ -223,6 +223,33 @@ def models_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.
     out.print(t)
 
 
+@models_app.command("drafts")
+@_guard
+def models_drafts(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the bundled EAGLE-3 draft models (for --draft / engine.draft)."""
+    from rich.table import Table
+
+    from planner.catalog.draft import draft, list_drafts
+    from planner.report import out, print_json
+
+    rows = []
+    for name in list_drafts():
+        d = draft(name)
+        m = d.layer
+        rows.append(dict(name=name, target_hidden=d.target_hidden, layers=m.num_layers, hidden=m.hidden_size,
+                         intermediate=m.intermediate_size, draft_vocab=m.vocab_size, params=d.params, source=d.source))
+    if json_out:
+        print_json(rows)
+        return
+    t = Table(title="EAGLE-3 drafts (one dense layer each; BF16)")
+    for col in ("name", "hidden", "MLP", "draft vocab", "params", "source"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], str(r["hidden"]), str(r["intermediate"]), f"{r['draft_vocab']:,}",
+                  f"{r['params'] / 1e9:.2f} B", r["source"].split(";")[0])
+    out.print(t)
+
+
 @models_app.command("show")
 @_guard
 def models_show(name: str = typer.Argument(..., help="Catalog name or a local config.json."),
@@ -259,9 +286,13 @@ def whatif(
     kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
     mtp_tokens: int = typer.Option(0, "--mtp-tokens", min=0, help=(
         "Draft tokens per decode step (multi-token prediction; the draft module is one layer like the "
-        "model's last plus the LM head).")),
+        "model's last plus the LM head, unless --draft names a draft model).")),
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,
                                          help="Probability a draft token is accepted (given its predecessor was)."),
+    draft: str | None = typer.Option(None, "--draft", help=(  # noqa: UP007
+        "EAGLE-3 draft model proposing the draft tokens: a bundled name (qwen3-235b-a22b-eagle3, "
+        "qwen3-32b-eagle3, llama-3.1-8b-eagle3, llama-3.1-70b-eagle3, deepseek-v3-eagle3) or a local "
+        "EAGLE-3 config.json.")),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
     cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
                            "(ring attention; TPOT and memory stay one instance's)."),
@@ -276,7 +307,7 @@ def whatif(
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
-                 framework=framework, cp=cp)
+                 framework=framework, cp=cp, draft=draft)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:

@@ -168,6 +168,14 @@ class Scenario(Frozen):
             raise ValueError(str(e)) from None
         return v
 
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _draft_path(cls, v: Any, info: ValidationInfo) -> Any:
+        """A draft ``config.json`` is read relative to the scenario's folder, as the model's."""
+        if isinstance(v, dict) and isinstance(v.get("draft"), str):
+            return {**v, "draft": _resolve(v["draft"], info)}
+        return v
+
     @field_validator("workload", mode="before")
     @classmethod
     def _trace_paths(cls, v: Any, info: ValidationInfo) -> Any:

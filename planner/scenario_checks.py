@@ -17,6 +17,21 @@ def check_scenario(scn: Any) -> None:
     _check_price_keys(scn)
     _check_fleet_available(scn)
     _check_context(scn)
+    _check_draft(scn)
+
+
+def _check_draft(scn: Any) -> None:
+    """An EAGLE-3 draft must read the scenario model's hidden states."""
+    from planner.catalog.draft import draft
+    from planner.catalog.model_catalog import model
+    from planner.errors import InputError
+
+    if scn.engine.draft is None:
+        return
+    try:
+        draft(scn.engine.draft).check_target(model(scn.model))
+    except InputError as e:
+        raise located("engine.draft", str(e)) from None
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:

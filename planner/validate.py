@@ -43,6 +43,8 @@ class Point(Frozen):
     concurrency: int | None = Field(None, ge=1)
     mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
+    draft: str | None = Field(None, description="the EAGLE-3 draft model that proposed them (catalog.draft name), "
+                              "where the run used one; None: the model's own MTP module")
     tpot_bound_s: float | None = Field(None, gt=0, description="latency-bounded metrics: the TPOT bound of the load")
     max_num_seqs: int | None = Field(None, ge=1, description="the engine's batch-size limit in the run, where the "
                                      "source's tool sized it (else the framework's default)")
@@ -122,7 +124,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
         return _at_tpot_bound(p, fw, kw)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
-                         tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance)
+                         tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
+                         p.draft)
         if p.num_requests and (p.concurrency or p.metric == "offline_output_tokens_per_s"):
             ttft, tpot, out = _replay(fw.model_dump_json(), p.model_copy(update={"metric": "ttft_s"}))
             return {"ttft_s": ttft, "tpot_s": tpot}.get(p.metric, out), r.regime_bounds
@@ -130,7 +133,7 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
     e = estimate(_replayed(p.model), fw.apply(hardware(p.hardware)), batch=p.batch or 1, input_len=p.input_len,
                  output_len=out_len,
-                 mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
+                 mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, draft=p.draft, **kw)
     value = {"prefill_s": e.ttft_s, "decode_step_s": e.tpot_s, "batch_latency_s": e.e2e_s}.get(
         p.metric, (p.batch or 1) * p.input_len / e.ttft_s / e.accelerators)   # prefill tokens/s per device
     return value, e.regime_bounds
@@ -147,7 +150,8 @@ def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, 
     r = decode_at_tpot_bound(p, p.tpot_bound_s, fw=fw)
     devices = int(np.ravel(Layout.of(p.tp, p.ep, p.pp).devices)[0])
     e = estimate(p.model, fw.apply(hardware(p.hardware)), batch=max(1, r["batch_per_device"]) * devices,
-                 input_len=p.input_len, output_len=2, mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance, **kw)
+                 input_len=p.input_len, output_len=2, mtp_tokens=p.mtp_tokens, mtp_acceptance=p.mtp_acceptance,
+                 draft=p.draft, **kw)
     return r["tokens_per_s_per_device"], e.regime_bounds
 
 
@@ -176,7 +180,7 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     fw = Framework.model_validate_json(fw_json)
     m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
     engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
-                           p.prefill_delay_passes)
+                           p.prefill_delay_passes, p.draft)
     n = int(p.num_requests or 1)
     c = min(int(p.concurrency or n), n)
     inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
@@ -208,7 +212,7 @@ def _replayed(name: str):
 @lru_cache(maxsize=4096)
 def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_len: int, concurrency: int | None,
                  deploy: tuple, max_num_seqs: int | None = None, max_batched_tokens: int | None = None,
-                 mtp_tokens: int = 0, mtp_acceptance: float = 0.0):
+                 mtp_tokens: int = 0, mtp_acceptance: float = 0.0, draft: str | None = None):
     """One closed-loop steady state, shared by the TTFT, TPOT and throughput points of a run (with
     the engine sizes and the speculative decoding the run used, where the point states them)."""
     from planner.serving.closed_loop import throughput
@@ -216,19 +220,20 @@ def _closed_loop(fw_json: str, hw_name: str, model: str, input_len: int, output_
     fw = Framework.model_validate_json(fw_json)
     return throughput(_replayed(model), fw.apply(hardware(hw_name)), input_len=input_len, output_len=output_len,
                       concurrency=concurrency,
-                      engine=_sized_engine(fw, max_num_seqs, max_batched_tokens, mtp_tokens, mtp_acceptance),
+                      engine=_sized_engine(fw, max_num_seqs, max_batched_tokens, mtp_tokens, mtp_acceptance,
+                                           draft=draft),
                       **dict(deploy))
 
 
 def _sized_engine(fw: Framework, max_num_seqs: int | None, max_batched_tokens: int | None, mtp_tokens: int = 0,
-                  mtp_acceptance: float = 0.0, prefill_delay_passes: int | None = None):
+                  mtp_acceptance: float = 0.0, prefill_delay_passes: int | None = None, draft: str | None = None):
     """The framework's engine with the sizes, the draft tokens and the prefill delayer a published
     run used, where the point states them (a point's MTP reaches the serving evaluators too, not
     only the static ones)."""
     sized = {k: v for k, v in (("max_num_seqs", max_num_seqs), ("max_batched_tokens", max_batched_tokens),
                                ("prefill_delay_passes", prefill_delay_passes)) if v is not None}
     if mtp_tokens:
-        sized |= {"mtp_tokens": mtp_tokens, "mtp_acceptance": mtp_acceptance}
+        sized |= {"mtp_tokens": mtp_tokens, "mtp_acceptance": mtp_acceptance, "draft": draft}
     from planner.serving.batching import Engine
 
     return Engine(**(fw.engine_knobs() | sized))
@@ -252,6 +257,7 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
     """Decode throughput per device at a TPOT bound, the way serving papers quote it: the largest
     batch per device (same deployment as point ``p``) whose predicted TPOT meets the bound and
     fits in memory, and ``batch / TPOT`` there. All batches are evaluated in one vectorized call."""
+    from planner.catalog.draft import draft as get_draft
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import evaluate, resolve_dtypes
     from planner.perf.parallel import Layout
@@ -262,7 +268,8 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
     devices = int(np.ravel(lay.devices)[0])
     per_dev = np.arange(1, max_batch_per_device + 1)
     r = evaluate(m, hw, lay, per_dev * devices, p.input_len, p.output_len,
-                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype), Speculation(p.mtp_tokens, p.mtp_acceptance))
+                 resolve_dtypes(m, p.weight_dtype, p.kv_dtype),
+                 Speculation(p.mtp_tokens, p.mtp_acceptance, draft=get_draft(p.draft)))
     tpot = np.ravel(r.tpot_s)
     ok = (tpot <= tpot_bound_s) & np.ravel(r.memory.fits)
     if not ok.any():

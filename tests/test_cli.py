@@ -28,6 +28,17 @@ def test_whatif_deepseek_with_ep():
     assert json.loads(r.stdout)["ep"] == 8
 
 
+def test_whatif_draft_flag():
+    base = [*WHATIF, "--hardware", "h100-sxm", "--mtp-tokens", "3", "--mtp-acceptance", "0.7"]
+    r = runner.invoke(app, [*base, "--draft", "llama-3.1-70b-eagle3"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["draft"] == "llama-3.1-70b-eagle3"
+    r = runner.invoke(app, [*base, "--draft", "llama-70b-eagle"])
+    assert r.exit_code == 2 and "unknown draft" in r.output and "llama-3.1-70b-eagle3" in r.output
+    r = runner.invoke(app, [*base, "--draft", "llama-3.1-8b-eagle3"])
+    assert r.exit_code == 2 and "draft for another model" in r.output
+
+
 def test_whatif_explain_lists_operators():
     r = runner.invoke(app, [*WHATIF[:-1], "--hardware", "h100-sxm", "--explain"])
     assert r.exit_code == 0

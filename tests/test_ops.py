@@ -279,3 +279,92 @@ def test_verify_step_takes_logits_for_every_verified_token():
     head = {name: next(o for o in ops if o.name == "lm_head") for name, ops in (("v", verify), ("p", prompt))}
     assert float(head["v"].flops) == pytest.approx(2 * 4 * b * h * V)
     assert float(head["p"].flops) == pytest.approx(2 * b * h * V)
+
+
+def test_draft_extend_pass_runs_the_module_once_more_over_the_verified_tokens():
+    # SGLang's EAGLE worker (NEXTN/MTP too) runs the draft module k times over one token per
+    # sequence, then once more over the 1 + k verified tokens with logits for the last one only.
+    # Qwen3-32B draft block at b = 16, k = 3, one GPU, BF16: the extend pass reads the block's and
+    # the head's weights once more; its GEMMs see 4 b tokens, its head b.
+    from planner.perf.ops import mtp_draft_ops
+
+    m = planner.model("qwen3-32b")
+    h, V, b, k = 5120, 151936, 16, 3
+    heads, kv, d, inter = 64, 8, 128, 25600
+    lay, step = Layout.of(1, 1, 1), Step.of(b, 1, 1000)
+    plain = mtp_draft_ops(m, lay, step, BF16, passes=k)
+    both = mtp_draft_ops(m, lay, step, BF16, passes=k, extend=True)
+    assert [o.name for o in both[:len(plain)]] == [o.name for o in plain]
+    extend = {o.name: o for o in both[len(plain):]}
+    assert set(extend) == {f"mtp_extend_{o.name[4:]}" for o in plain}
+    assert all(o.count == 1 for o in extend.values())
+    mtp = {o.name: o for o in plain}
+    assert mtp["mtp_lm_head"].count == k                                              # k passes, b tokens each
+    assert float(mtp["mtp_lm_head"].flops) == pytest.approx(2 * b * h * V)
+    assert float(extend["mtp_extend_lm_head"].flops) == pytest.approx(2 * b * h * V)  # last verified token only
+    assert float(extend["mtp_extend_lm_head"].weight_bytes) == pytest.approx(V * h * 2)
+    block = 2 * 4 * b * (2 * h * h + h * (heads + 2 * kv) * d + heads * d * h + 3 * h * inter)
+    got = sum(float(extend[f"mtp_extend_{n}"].flops) for n in ("eh_proj", "qkv_proj", "o_proj", "ffn_up", "ffn_down"))
+    assert got == pytest.approx(block)
+    assert mtp_draft_ops(m, lay, step, BF16, passes=0, extend=True) == []
+
+
+def test_draft_extend_is_sglangs_and_costs_time():
+    from planner.catalog.frameworks import framework
+    from planner.catalog.hardware import hardware
+    from planner.perf.estimate import estimate
+
+    assert framework("sglang").draft_extend.value and framework("sglang-ascend").draft_extend.value
+    assert framework("vllm").draft_extend is None and framework("tensorrt-llm").draft_extend is None
+    assert framework("sglang").apply(hardware("h200")).efficiency.draft_extend
+    assert not framework("vllm").apply(hardware("h200")).efficiency.draft_extend
+    kw = dict(tp=8, batch=32, input_len=2048, output_len=64, weight_dtype="fp8")
+    for fw in ("sglang", "vllm"):           # no drafts: the flag changes nothing
+        assert estimate("deepseek-v3", "h200", framework=fw, **kw).tpot_s > 0
+    spec = dict(mtp_tokens=3, mtp_acceptance=0.7)
+    sg = framework("sglang")
+    off = sg.model_copy(update={"draft_extend": None})
+    hw_on, hw_off = sg.apply(hardware("h200")), off.apply(hardware("h200"))
+    on_t = estimate("deepseek-v3", hw_on, **kw, **spec).tpot_s
+    off_t = estimate("deepseek-v3", hw_off, **kw, **spec).tpot_s
+    assert on_t > off_t
+    assert estimate("deepseek-v3", hw_on, **kw).tpot_s == estimate("deepseek-v3", hw_off, **kw).tpot_s
+
+
+def test_eagle3_draft_ops_by_hand():
+    # SpecForge's Qwen3-235B-A22B EAGLE-3 draft (h 4096, 64/4 heads of 128, MLP 24576, draft vocab
+    # 32,000, BF16) on one device, 16 sequences, 3 drafts, INT8 target: per pass, q/k/v read 2h
+    # (qkv_proj + qkv_embed), o_proj, a dense SwiGLU MLP and a 32,000-row head, all in BF16 whatever
+    # the target's format; fc (3h -> h) once per step.
+    from planner.catalog.draft import draft
+    from planner.perf.ops import mtp_draft_ops
+
+    m, d = planner.model("qwen3-235b-a22b"), draft("qwen3-235b-a22b-eagle3")
+    h, qkv, inter, V, b = 4096, (64 + 2 * 4) * 128, 24576, 32000, 16
+    ops = {o.name: o for o in mtp_draft_ops(m, Layout.of(1, 1, 1), Step.of(b, 1, 2000),
+                                            DTypes(weight=DType.int8), passes=3, draft=d)}
+    params = {"mtp_qkv_embed": h * qkv, "mtp_qkv_proj": h * qkv, "mtp_o_proj": 64 * 128 * h,
+              "mtp_ffn_up": 2 * inter * h, "mtp_ffn_down": inter * h, "mtp_lm_head": h * V, "mtp_fc": 3 * h * h}
+    for name, n in params.items():
+        assert float(ops[name].weight_bytes) == pytest.approx(2 * n), name
+        assert float(ops[name].flops) == pytest.approx(2 * b * n), name
+        assert ops[name].weight_dtype is DType.bf16
+        assert ops[name].count == (1 if name == "mtp_fc" else 3)
+    assert "mtp_eh_proj" not in ops and "mtp_experts" not in ops      # a dense layer, not the target's MoE block
+    # the extend pass adds one more pass over 4 tokens per sequence; fc then runs on those tokens
+    ext = {o.name: o for o in mtp_draft_ops(m, Layout.of(1, 1, 1), Step.of(b, 1, 2000), DTypes(weight=DType.int8),
+                                            passes=3, extend=True, draft=d)}
+    assert float(ext["mtp_fc"].flops) == pytest.approx(2 * 4 * b * 3 * h * h)
+    assert float(ext["mtp_extend_ffn_up"].flops) == pytest.approx(2 * 4 * b * 2 * inter * h)
+    assert float(ext["mtp_extend_lm_head"].flops) == pytest.approx(2 * b * h * V)
+
+
+def test_eagle3_draft_is_cheaper_than_a_target_layer_and_head():
+    # Llama-3.1-70B at batch 8 (memory-bound decode): its EAGLE-3 draft (~1.4 B parameters with the
+    # 32,000-row head) streams fewer bytes per pass than a 70B layer plus the 128,256-row head
+    # (~1.9 B), so the same drafts and acceptance give a shorter TPOT.
+    kw = dict(tp=4, batch=8, input_len=2000, output_len=200, mtp_tokens=3, mtp_acceptance=0.7)
+    mtp = planner.estimate("llama-3.1-70b", "h100-sxm", **kw).tpot_s
+    eagle = planner.estimate("llama-3.1-70b", "h100-sxm", draft="llama-3.1-70b-eagle3", **kw).tpot_s
+    none = planner.estimate("llama-3.1-70b", "h100-sxm", tp=4, batch=8, input_len=2000, output_len=200).tpot_s
+    assert eagle < mtp < none

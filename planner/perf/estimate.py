@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.catalog.bands import Banded, band_fields
+from planner.catalog.draft import DraftSpec
+from planner.catalog.draft import draft as get_draft
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import HardwareProfile
@@ -102,7 +104,8 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     for frac, w in _SIMPSON:
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
         ops = (layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
-               + mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k))
+               + mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k,
+                               extend=hw.efficiency.draft_extend, draft=spec.draft))
         st = build_step(hw, ops, dtypes, lay, dec_b)
         tpot = tpot + w * st.total_s
         mid = st if frac == 0.5 else mid
@@ -123,7 +126,8 @@ def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, 
 
     def roof_dec(n, ctx):
         ops = (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes)
-               + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k))
+               + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k,
+                               extend=hw.efficiency.draft_extend, draft=spec.draft))
         return build_step(hw, ops, dtypes, lay, n).total_s
 
     match = (lay.pp == 1) & ((lay.tp == table.tp) if table.tp else True)
@@ -168,6 +172,7 @@ class Estimate(Banded):
     kv_dtype: str
     mtp_tokens: int = 0
     mtp_acceptance: float = 0.0
+    draft: str | None = None          # the EAGLE-3 draft model (catalog name or config.json); None: MTP module
     cp: int = 1                       # prefill context-parallel over cp instances (ring attention)
     ttft_s: float
     tpot_s: float
@@ -202,14 +207,16 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
              ep: int = 1, batch: int = 1, input_len: int, output_len: int,
              weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
              mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None,
-             cp: int = 1) -> Estimate:
+             cp: int = 1, draft: str | DraftSpec | None = None) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
     draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
     names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
     unless ``hardware`` is a profile a framework was already applied to); ``cp`` splits the
     prefill over that many instances of the layout (context parallelism, ring attention:
     ``perf.context_parallel``), which the accelerator count and price include; TPOT and memory
-    stay one instance's (the decode runs on one of them)."""
+    stay one instance's (the decode runs on one of them); ``draft`` the EAGLE-3 draft model that
+    proposes the draft tokens (a ``catalog.draft`` name or an EAGLE-3 ``config.json``; default the
+    model's own MTP module)."""
     m, hw = get_model(model), with_framework(get_hardware(hardware), framework)
     tp, pp, ep, batch, cp = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch),
                                                                ("cp", cp)))
@@ -218,7 +225,12 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay, hw)
-    spec = Speculation(mtp_tokens, mtp_acceptance)
+    if draft is not None and not mtp_tokens:
+        raise InputError("a draft model without draft tokens would be ignored; give the draft tokens per decode "
+                         "step (--mtp-tokens) and their acceptance (--mtp-acceptance)")
+    spec = Speculation(mtp_tokens, mtp_acceptance, draft=get_draft(draft))
+    if spec.draft is not None:
+        spec.draft.check_target(m)
     r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes, spec)
     f = _first
     ttft, tpot = f(r.ttft_s), f(r.tpot_s)
@@ -238,6 +250,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
+        draft=None if draft is None else (draft.name if isinstance(draft, DraftSpec) else str(draft)),
         cp=cp, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
         total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,
         memory=MemoryEstimate(
@@ -318,7 +331,8 @@ def operator_breakdown(e: Estimate) -> list[dict]:
     m, hw = get_model(e.model), with_framework(get_hardware(e.hardware), e.framework or None)
     dtypes = resolve_dtypes(m, e.weight_dtype, e.kv_dtype)
     lay = Layout.of(e.tp, e.ep, e.pp)
-    r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes, Speculation(e.mtp_tokens, e.mtp_acceptance))
+    r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes,
+                 Speculation(e.mtp_tokens, e.mtp_acceptance, draft=get_draft(e.draft)))
     rows = []
     eff, rank_hw = hw.efficiency, hw.per_die()    # the steps are one rank's (one die of a package)
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):

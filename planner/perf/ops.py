@@ -22,12 +22,16 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planner.catalog.dtypes import DType
 from planner.catalog.model import AttentionWindow, FFNKind, Mixer, ModelSpec
 from planner.perf.parallel import Layout
+
+if TYPE_CHECKING:
+    from planner.catalog.draft import DraftSpec
 
 # Linear attention (chunked form, chunk 64): state decay + delta-rule update + readout cost
 # ~8 dk dv FLOPs per token and head, intra-chunk attention 2*64*(dk + dv) (Yang et al., Gated
@@ -471,32 +475,71 @@ def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> l
     return ops
 
 
-def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, passes: int = 1) -> list[Op]:
-    """``passes`` draft steps of a multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437
+def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, passes: int = 1,
+                  extend: bool = False, draft: DraftSpec | None = None) -> list[Op]:
+    """``passes`` draft steps of speculative decoding, one token per sequence each (``step``); no
+    passes, no operators.
+
+    Without ``draft``, the target's multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437
     Sec. 2.2): the last hidden state and the embedding of the token just produced are concatenated
-    and projected (``2h -> h``), run through one transformer block like the model's last layer, and
-    through the shared LM head. ``step`` has one new token per sequence; no passes, no operators."""
+    and projected (``eh_proj``, ``2h -> h``), run through one block like the model's last layer and
+    through the shared LM head. With an EAGLE-3 ``draft`` (``catalog.draft``): its own dense
+    layer, whose q/k/v read the embedding beside the hidden state (``qkv_embed``: the second
+    ``h`` of their ``2h`` input), its LM head over the draft vocabulary, in the draft's own
+    (unquantized) format, and once per decode step ``fc`` (``3H -> h``) over the target hidden
+    states the verify pass produced.
+
+    ``extend``: the engine also runs the draft once more per decode step, over the ``1 + passes``
+    tokens each sequence verified, with logits for the last of them only (SGLang's EAGLE worker,
+    which also serves NEXTN/MTP: ``forward_draft_extend_after_decode`` after every verify, sized
+    ``speculative_num_steps + 1`` tokens per request, hidden states captured LAST). Engines whose
+    first draft step takes the verified tokens itself (vLLM's EAGLE proposer) run ``passes`` only."""
     if passes == 0:
         return []
-    c = _Ctx(model, layout, step, dtypes)
-    mixer, ffn = model.mixer(model.num_layers - 1), model.ffn(model.num_layers - 1)
-    mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
-    h = model.hidden_size
-    ops = ([c.gemm("eh_proj", 1, 2 * h, h)] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)]
-           + _embedding_and_head(c))
-    return [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in ops]
+    dt = dtypes if draft is None else replace(dtypes, weight=draft.weight_dtype)
+    arch = model if draft is None else draft.layer
+    c = _Ctx(arch, layout, step, dt)
+    ops = [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in _draft_module(c, draft)]
+    if extend:
+        verified = Step(step.batch, np.asarray(1.0 + passes), step.ctx, dp_skew=step.dp_skew)
+        c = _Ctx(arch, layout, verified, dt)
+        ops += [replace(op, name=f"mtp_extend_{op.name}") for op in _draft_module(c, draft, logits=c.b_loc)]
+    if draft is not None:           # fc: replicated on every rank, once per step on the verified tokens
+        ops.append(replace(c.gemm("fc", 1, draft.fused_hidden, arch.hidden_size), name="mtp_fc"))
+        # the draft's GEMMs run in its own format, whatever the target's (roofline reads op.weight_dtype)
+        ops = [replace(op, weight_dtype=op.weight_dtype or draft.weight_dtype) if op.kind is OpKind.gemm else op
+               for op in ops]
+    return ops
 
 
-def _embedding_and_head(c: _Ctx) -> list[Op]:
+def _draft_module(c: _Ctx, draft: DraftSpec | None, logits=None) -> list[Op]:
+    """One pass of the draft (``mtp_draft_ops``): its input projection, one block, the embedding
+    and the LM head (logits for ``logits`` tokens; default every new token)."""
+    m = c.m
+    mixer, ffn = m.mixer(m.num_layers - 1), m.ffn(m.num_layers - 1)
+    mixer_fn = _MIXERS.get(mixer, _mla if m.mla is not None else _attention)
+    h = m.hidden_size
+    if draft is None:
+        first = c.gemm("eh_proj", 1, 2 * h, h)
+    else:
+        tp = c.lay.tp
+        first = c.gemm("qkv_embed", 1, h, (m.num_heads / tp + 2 * np.maximum(m.num_kv_heads / tp, 1)) * m.head_dim)
+    return [first] + mixer_fn(c, 1) + _FFNS[ffn](c, 1) + [_norms(c, 1, mixer)] + _embedding_and_head(c, logits)
+
+
+def _embedding_and_head(c: _Ctx, logits=None) -> list[Op]:
     """Vocab-parallel embedding lookup and LM head. A prompt step needs logits only for the last
     token of each sequence; a decode step for every token it verifies (``1 + k`` with ``k`` draft
     tokens: the target's distribution at each drafted position decides its acceptance and samples
-    the bonus token). BLOOM also has an embedding LayerNorm; every model a final norm."""
+    the bonus token); ``logits``, if given, is the tokens that need them. BLOOM also has an
+    embedding LayerNorm; every model a final norm."""
     m, tp = c.m, c.lay.tp
     h, V = m.hidden_size, m.vocab_size
     embed_params = V * h / tp + (2 * h if m.embedding_norm else 0) + (2 * h if m.biases else h)
     kept = c.kept("lm_head")
-    head = c.gemm("lm_head", 1, h, V, m=c.b_loc if c.step.prompt else c.tokens, shard=tp,
+    if logits is None:
+        logits = c.b_loc if c.step.prompt else c.tokens
+    head = c.gemm("lm_head", 1, h, V, m=logits, shard=tp,
                   weight_params=0.0 if m.tie_word_embeddings else V * h / tp, kept=kept)
     if m.tie_word_embeddings:   # weights shared with the embedding: still read, not stored twice
         head = Op(head.name, head.kind, 1, flops=head.flops, weight_bytes=V * h / tp * (kept or c.dt.weight).bytes,

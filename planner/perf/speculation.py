@@ -26,10 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planner.errors import InputError
+
+if TYPE_CHECKING:
+    from planner.catalog.draft import DraftSpec
 
 REFERENCE_CONCENTRATION = 15.72
 """Beta concentration of the per-request acceptance probability that reproduces aiperf's SPEED-Bench
@@ -45,6 +49,8 @@ class Speculation:
     request_sd: float | None = None
     """standard deviation across requests of a request's acceptance probability; None: the
     reference concentration (``REFERENCE_CONCENTRATION``) at this engine's mean; 0: none."""
+    draft: DraftSpec | None = None
+    """the draft model (``catalog.draft``: EAGLE-3); None: the target's own MTP module."""
 
     def __post_init__(self) -> None:
         k, p = self.draft_tokens, self.acceptance

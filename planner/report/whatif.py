@@ -53,14 +53,15 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
     if e.mtp_tokens:
         from planner.perf.speculation import Speculation
 
-        spec = Speculation(e.mtp_tokens, e.mtp_acceptance)
+        spec = Speculation(e.mtp_tokens, e.mtp_acceptance)   # the draft model does not change the tokens per step
         spread = ""
         lo, hi = spec.quantile_tokens([0.1, 0.9])
         if hi - lo >= 0.005:
             spread = f"; {lo:.2f}-{hi:.2f} across requests, P10-P90"
         rows.insert(5, ("MTP", f"{e.mtp_tokens} draft token(s), {e.mtp_acceptance:.0%} accepted: "
                                f"{spec.tokens_per_step:.2f} tokens per decode step{spread} (TPOT = step / that; "
-                               "comm is per step)"))
+                               "comm is per step); drafts by "
+                               + (f"the EAGLE-3 model {e.draft}" if e.draft else "the model's MTP module")))
     if e.bands:
         rows.append(("bands (P10-P90)", "; ".join(f"{k}: {v}" for k, v in e.bands.items())
                      + " (planner/catalog/bands.yaml)"))

@@ -109,6 +109,10 @@ class Engine(Frozen):
                             "speculative decoding; the draft module is one layer like the model's last + LM head)")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="probability that a draft token is accepted, "
                                   "given its predecessor was")
+    draft: str | None = Field(
+        None, description="the EAGLE-3 draft model that proposes the draft tokens: a bundled name (e.g. "
+        "qwen3-235b-a22b-eagle3; planner/catalog/drafts/) or a local EAGLE-3 config.json (relative to the scenario "
+        "file); default: the model's own MTP module (a block like its last layer and its LM head)")
     mtp_acceptance_sd: float | None = Field(
         None, ge=0, lt=0.5, description="standard deviation across requests of a request's own draft acceptance "
         "probability: the simulator gives each request its own tokens per step (their harmonic mean kept at the "
@@ -121,6 +125,17 @@ class Engine(Frozen):
         if self.mtp_acceptance and not self.mtp_tokens:
             raise located("mtp_acceptance", "mtp_acceptance without mtp_tokens would be ignored; give mtp_tokens "
                           "(draft tokens per decode step)")
+        if self.draft is not None:
+            if not self.mtp_tokens:
+                raise located("draft", "a draft model without mtp_tokens would be ignored; give mtp_tokens (draft "
+                              "tokens per decode step) and mtp_acceptance")
+            from planner.catalog.draft import draft as get_draft
+            from planner.errors import InputError
+
+            try:
+                get_draft(self.draft)
+            except InputError as e:
+                raise located("draft", str(e)) from None
         if self.mtp_acceptance_sd is not None and not self.mtp_acceptance:
             raise located("mtp_acceptance_sd", "mtp_acceptance_sd without mtp_acceptance would be ignored; give "
                           "mtp_tokens and mtp_acceptance")
@@ -142,7 +157,9 @@ class Engine(Frozen):
 
     @property
     def speculation(self) -> Speculation:
-        return Speculation(self.mtp_tokens, self.mtp_acceptance, self.mtp_acceptance_sd)
+        from planner.catalog.draft import draft as get_draft
+
+        return Speculation(self.mtp_tokens, self.mtp_acceptance, self.mtp_acceptance_sd, get_draft(self.draft))
 
 
 @dataclass(frozen=True)
@@ -191,7 +208,8 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                           prompt_len, 0.0, prompt=True, replica_tokens=replica_tokens), dtypes)
-    draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k)
+    draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k,
+                          extend=hw.efficiency.draft_extend, draft=spec.draft)
     # the prefill operators are temporaries of this call: sums may be written into their arrays
     ops = merge_ops(dec, pre, consume_b=True) + draft
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
