@@ -115,14 +115,17 @@ def draft(name: str | DraftSpec | None) -> DraftSpec | None:
     text = str(name)
     if text.endswith(".json") or Path(text).is_dir():
         path = Path(text) / "config.json" if Path(text).is_dir() else Path(text)
+        if str(path) in _CACHE:          # an engine asks for its draft at every evaluation: read once
+            return _CACHE[str(path)]
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise InputError(f"draft config {path} not found") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise InputError(f"draft config {path}: not readable JSON ({e})") from None
-        return draft_from_config(data, name=path.parent.name or path.stem, source=f"local file {path}",
-                                 origin=str(path))
+        name = path.parent.name if path.name == "config.json" else path.stem
+        _CACHE[str(path)] = draft_from_config(data, name=name, source=f"local file {path}", origin=str(path))
+        return _CACHE[str(path)]
     key = text.lower()
     if key not in _CACHE:
         path = DRAFTS_DIR / f"{key}.yaml"
