@@ -127,3 +127,32 @@ def test_models_drafts_lists_them():
     assert set(rows) == set(list_drafts())
     row = rows["llama-3.1-70b-eagle3"]
     assert row["draft_vocab"] == 32000 and "SpecForge" in row["source"]
+
+
+def test_draft_weights_take_memory():
+    # An EAGLE-3 draft stores its layer, fc and head in BF16 (424.7 M parameters for Llama-3.1-8B's:
+    # 849 MB) beside the target; the target's own MTP module (DeepSeek-V3: eh_proj and one MoE
+    # block, 11.6 B parameters, its embedding and head shared) adds its block in the model's format:
+    # at TP8 in FP8 at least the experts' eighth, 256 x 3 x 7168 x 2048 / 8 bytes, and eh_proj.
+    from planner.catalog.hardware import hardware
+    from planner.perf.estimate import resolve_dtypes
+    from planner.perf.parallel import Layout
+    from planner.perf.speculation import Speculation
+    from planner.serving.simulate import kv_capacity
+
+    kw = dict(tp=1, batch=8, input_len=2048, output_len=64)
+    base = planner.estimate("llama-3.1-8b", "h100-sxm", **kw).memory
+    eagle = planner.estimate("llama-3.1-8b", "h100-sxm", mtp_tokens=3, mtp_acceptance=0.7,
+                             draft="llama-3.1-8b-eagle3", **kw).memory
+    assert eagle.weights_bytes - base.weights_bytes == pytest.approx(2 * draft("llama-3.1-8b-eagle3").params, rel=1e-4)
+    assert eagle.max_batch < base.max_batch
+    kw = dict(tp=8, batch=8, input_len=2048, output_len=64, weight_dtype="fp8")
+    extra = (planner.estimate("deepseek-v3", "h200", mtp_tokens=1, mtp_acceptance=0.8, **kw).memory.weights_bytes
+             - planner.estimate("deepseek-v3", "h200", **kw).memory.weights_bytes)
+    experts, eh_proj = 256 * 3 * 7168 * 2048 / 8, 2 * 7168 * 7168      # eh_proj is not sharded
+    assert experts + eh_proj < extra < 1.15 * experts
+    m = planner.model("llama-3.1-8b")
+    hw, lay, dt = hardware("h100-sxm"), Layout.of(1, 1, 1), resolve_dtypes(m, "bf16", None)
+    free = kv_capacity(m, hw, lay, dt)[0]
+    with_draft = kv_capacity(m, hw, lay, dt, Speculation(3, 0.7, draft=draft("llama-3.1-8b-eagle3")))[0]
+    assert free - with_draft == pytest.approx(2 * draft("llama-3.1-8b-eagle3").params, rel=1e-4)

@@ -111,7 +111,7 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
         mid = st if frac == 0.5 else mid
     tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
     ops = layer_ops(model, lay, Step.of(batch, 1.0, input_len), dtypes)
-    mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len).of_package(dies)
+    mem = memory_use(model, hw, lay, ops, dtypes, batch, input_len + output_len, spec).of_package(dies)
     if table_for(hw.name) is not None:
         ttft, tpot = _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, tpot)
     return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
@@ -243,7 +243,8 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     fits = bool(np.ravel(mem.fits)[0])
     usd = devices * hw.price.rent.value if hw.price.rent else None
     out_tps = batch * output_len / e2e
-    reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len)
+    reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len,
+                                                           spec)
     bounds = phase_bounds(r.prefill, r.decode, ttft, (output_len - 1) * tpot)
     return Estimate(
         model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, accelerators=devices,
@@ -286,7 +287,8 @@ def phase_bounds(prefill: StepTime, decode: StepTime, prefill_s: float, decode_s
 
 
 def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dtypes: DTypes,
-             batch: int, input_len: int, output_len: int) -> tuple[str, list[str]]:
+             batch: int, input_len: int, output_len: int,
+             spec: Speculation = NO_SPECULATION) -> tuple[str, list[str]]:
     """Say how much memory is missing and which nearby deployments would fit."""
     def f(a) -> float:
         return _first(a) / 2**30
@@ -312,7 +314,7 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
         dt = DTypes(weight=w, kv=dtypes.kv)
         rank_hw, ranks = on_dies(hw, cand)
         ops = layer_ops(m, ranks, Step.of(batch, 1.0, input_len), dt)
-        if bool(np.ravel(memory_use(m, rank_hw, ranks, ops, dt, batch, input_len + output_len).fits)[0]):
+        if bool(np.ravel(memory_use(m, rank_hw, ranks, ops, dt, batch, input_len + output_len, spec).fits)[0]):
             tips.append(f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else "") + (f" --pp {pp}" if pp > 1 else "")
                         + (f" --weight-dtype {w.value}" if w != dtypes.weight else ""))
         if len(tips) >= 3:

@@ -10,14 +10,18 @@ MLA's latent cache is replicated on every TP rank (so MLA prefers attention DP: 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops
+from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops, mtp_draft_ops
 from planner.perf.parallel import Layout, on_dies
+
+if TYPE_CHECKING:
+    from planner.perf.speculation import Speculation
 
 # Tokens a prefill step processes at once (vLLM V1 default max_num_batched_tokens = 8192 for
 # online serving on large GPUs); sizes the activation workspace.
@@ -106,12 +110,30 @@ def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
     return (1 - f) * cap + 0 * np.asarray(weights, dtype=float)
 
 
-def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes) -> np.ndarray:
-    """Device memory left for the KV cache: capacity minus weights, workspace and the engine's
-    reserve (may be negative: the model does not fit)."""
+def draft_weight_bytes_device(model: ModelSpec, layout: Layout, dtypes: DTypes, spec: Speculation | None) -> float:
+    """Weights a speculative-decoding draft adds on one device (0 without drafts): the target's
+    MTP module (its block and ``eh_proj``; embedding and LM head are the target's) or an EAGLE-3
+    draft (its layer, ``fc`` and its own head; the embedding is the target's), each GEMM in its
+    own format (``perf.ops.mtp_draft_ops``). Held on the last pipeline stage, with the head."""
+    if spec is None or not spec.draft_tokens:
+        return 0.0
+    shared = ("mtp_embedding",) if spec.draft is not None else ("mtp_embedding", "mtp_lm_head")
+    total = 0.0
+    for op in mtp_draft_ops(model, layout, Step.of(1, 1, 0), dtypes, passes=1, draft=spec.draft):
+        if op.name not in shared:
+            fmt = (op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else dtypes.act
+            total = total + op.params * fmt.bytes
+    return total
+
+
+def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes,
+                         spec: Speculation | None = None) -> np.ndarray:
+    """Device memory left for the KV cache: capacity minus weights (with ``spec``'s draft's),
+    workspace and the engine's reserve (may be negative: the model does not fit)."""
     dies = hw.dies_per_device
     hw, layout = on_dies(hw, layout)                       # one rank's, times the package's ranks
-    weights = weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
+    weights = (weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
+               + draft_weight_bytes_device(model, layout, dtypes, spec))
     work = workspace_bytes(model, layout, dtypes)
     return dies * (hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work))
 
@@ -170,8 +192,9 @@ class MemoryUse:
 
 
 def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[Op], dtypes: DTypes,
-               batch, context_len) -> MemoryUse:
-    """Memory of one device serving ``batch`` sequences (whole instance) of ``context_len`` tokens."""
+               batch, context_len, spec: Speculation | None = None) -> MemoryUse:
+    """Memory of one device serving ``batch`` sequences (whole instance) of ``context_len`` tokens
+    (weights with ``spec``'s draft's)."""
     batch = np.asarray(batch, dtype=float)
     dp = layout.attention_dp
     per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
@@ -179,7 +202,8 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
         model, layout, dtypes.kv)
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
-    weights = weight_bytes_device(ops, layout, dtypes) + 0 * cap
+    weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
+               + 0 * cap)
     return MemoryUse(
         capacity=cap,
         reserved=reserved_bytes(hw, weights, workspace) + 0 * cap,

@@ -101,7 +101,7 @@ class Curve:
 def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                      stats: LengthStats) -> tuple[np.ndarray, np.ndarray]:
     """(largest mean decode batch, the limit that sets it) per candidate."""
-    free = free_kv_bytes_device(model, hw, lay, dtypes)
+    free = free_kv_bytes_device(model, hw, lay, dtypes, engine.speculation)
     held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
     per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held
                + state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)) / lay.attention_dp

@@ -38,6 +38,7 @@ from planner.perf.memory import (
 )
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, dp_ranks
+from planner.perf.speculation import Speculation
 from planner.serving.batching import Engine, iteration
 
 
@@ -184,9 +185,11 @@ def group(key: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.concatenate([[0], np.cumsum(np.bincount(key, minlength=groups))])
 
 
-def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes) -> tuple[float, float, float]:
-    """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide."""
-    free_dev = free_kv_bytes_device(model, hw, lay, dtypes)
+def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
+                spec: Speculation | None = None) -> tuple[float, float, float]:
+    """(KV bytes free per instance, bytes per cached token, bytes of state per sequence), instance-wide
+    (beside the weights of ``spec``'s draft, if any)."""
+    free_dev = free_kv_bytes_device(model, hw, lay, dtypes, spec)
     dp = float(np.ravel(lay.attention_dp)[0])
     per_tok = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0])
     state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0])
@@ -204,7 +207,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
     tps = request_tokens_per_step(engine, len(arrival_s), seed)
-    free, per_tok, state = kv_capacity(model, hw, lay, dtypes)
+    free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
     longest = int(np.max(input_len + output_len))
     if longest * per_tok + state > free:
         raise InfeasibleError(
@@ -553,7 +556,7 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
                  ttft, prefix_hit, warmup_frac, seed: int = 0) -> SimResult:
     """Token instances (taken in turn as KV caches arrive) decode requests whose first token was made
     elsewhere at ``first_token`` and whose KV is in place at ``ready``."""
-    free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes)
+    free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes, engine.speculation)
     longest = int(np.max(input_len + output_len))
     if longest * per_tok + state > free_kv:
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "

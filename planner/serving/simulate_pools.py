@@ -241,7 +241,7 @@ def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, 
 
 def _table(model, m: Machine, dtypes, engine, input_len, output_len):
     """(iteration table, free KV bytes, KV bytes per token, state bytes, attention DP) of a machine."""
-    free_kv, per_tok, state = kv_capacity(model, m.hw, m.lay, dtypes)
+    free_kv, per_tok, state = kv_capacity(model, m.hw, m.lay, dtypes, engine.speculation)
     longest = int(np.max(input_len + output_len))
     if longest * per_tok + state > free_kv:
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
