@@ -368,3 +368,39 @@ def test_eagle3_draft_is_cheaper_than_a_target_layer_and_head():
     eagle = planner.estimate("llama-3.1-70b", "h100-sxm", draft="llama-3.1-70b-eagle3", **kw).tpot_s
     none = planner.estimate("llama-3.1-70b", "h100-sxm", tp=4, batch=8, input_len=2000, output_len=200).tpot_s
     assert eagle < mtp < none
+
+
+def test_a2a_backend_scatters_tp_tokens_to_the_experts():
+    # SGLang with --moe-a2a-backend at tp 4 = ep 4 (no attention DP): each rank takes 1/4 of the
+    # step's tokens, dispatches them (k copies of h values each) and combines them back; the
+    # all-gather before the next attention replaces the MoE all-reduce. Qwen3-235B, 64 sequences:
+    # 16 tokens per rank x 8 experts x 4096 x 2 bytes.
+    m = planner.model("qwen3-235b-a22b")
+    step, lay = Step.of(64, 1, 1000), Layout.of(4, 4, 1)
+    plain = {o.name: o for o in layer_ops(m, lay, step, BF16)}
+    a2a = {o.name: o for o in layer_ops(m, lay, step, BF16, a2a=True)}
+    assert "ep_dispatch" not in plain and int(plain["ffn_all_reduce"].group) == 4
+    assert float(a2a["ep_dispatch"].comm_bytes) == pytest.approx(16 * 8 * 4096 * 2)
+    assert float(a2a["ep_combine"].comm_bytes) == float(a2a["ep_dispatch"].comm_bytes)
+    assert int(a2a["ffn_all_reduce"].group) == 1 and int(a2a["attn_all_reduce"].group) == 4
+    assert float(a2a["experts"].flops) == pytest.approx(float(plain["experts"].flops))   # the same expert work
+    # under attention data parallelism (ep > tp) the tokens go by all-to-all either way
+    dp = Layout.of(1, 4, 1)
+    assert [(o.name, float(np.asarray(o.comm_bytes).sum())) for o in layer_ops(m, dp, step, BF16)] == \
+           [(o.name, float(np.asarray(o.comm_bytes).sum())) for o in layer_ops(m, dp, step, BF16, a2a=True)]
+    # a dense model has nothing to dispatch
+    dense = planner.model("qwen3-32b")
+    names = [[o.name for o in layer_ops(dense, lay, step, BF16, a2a=a)] for a in (False, True)]
+    assert names[0] == names[1]
+
+
+def test_moe_a2a_is_the_ascend_sglang_entrys():
+    from planner.catalog.frameworks import framework
+    from planner.catalog.hardware import hardware
+
+    assert framework("sglang-ascend").moe_a2a.value and framework("sglang").moe_a2a is None
+    kw = dict(tp=2, ep=2, batch=80, input_len=3584, output_len=1536, weight_dtype="int8")
+    on = planner.estimate("qwen3-next-80b-a3b", "ascend-910c", framework="sglang-ascend", **kw)
+    off_fw = framework("sglang-ascend").model_copy(update={"moe_a2a": None})
+    off = planner.estimate("qwen3-next-80b-a3b", off_fw.apply(hardware("ascend-910c")), **kw)
+    assert on.tpot_s > off.tpot_s        # 48 dispatch + combine pairs cost more than 48 all-reduces

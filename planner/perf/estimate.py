@@ -103,9 +103,10 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     tpot, mid = 0.0, None
     for frac, w in _SIMPSON:
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
-        ops = (layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes)
+        ops = (layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes, hw.efficiency.moe_a2a)
                + mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k,
-                               extend=hw.efficiency.draft_extend, draft=spec.draft))
+                               extend=hw.efficiency.draft_extend, draft=spec.draft,
+                               a2a=hw.efficiency.moe_a2a))
         st = build_step(hw, ops, dtypes, lay, dec_b)
         tpot = tpot + w * st.total_s
         mid = st if frac == 0.5 else mid
@@ -125,9 +126,10 @@ def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, 
         return step_time(model, hw, lay, Step.of(b, t, 0.0, prompt=True), dtypes).total_s
 
     def roof_dec(n, ctx):
-        ops = (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes)
+        ops = (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, hw.efficiency.moe_a2a)
                + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k,
-                               extend=hw.efficiency.draft_extend, draft=spec.draft))
+                               extend=hw.efficiency.draft_extend, draft=spec.draft,
+                               a2a=hw.efficiency.moe_a2a))
         return build_step(hw, ops, dtypes, lay, n).total_s
 
     match = (lay.pp == 1) & ((lay.tp == table.tp) if table.tp else True)

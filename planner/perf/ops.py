@@ -207,6 +207,7 @@ class _Ctx:
     lay: Layout
     step: Step
     dt: DTypes
+    a2a: bool = False                         # MoE tokens go by all-to-all even without attention DP (layer_ops)
     b_loc: np.ndarray = field(init=False)     # sequences on the busiest attention replica
     tokens: np.ndarray = field(init=False)    # new tokens on the busiest attention replica
     tokens_all: np.ndarray = field(init=False)
@@ -398,7 +399,13 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     seen = scaled(c.tokens_all, k, Per(lay.ep))
     mu = np.maximum(seen, 1e-9)
     uneven = per_rank / (E / lay.ep) * (1 + np.sqrt(2 * np.log(np.maximum(lay.ep, 1)) / mu))
-    a2a = lay.attention_dp > 1
+    # tokens go by all-to-all under attention data parallelism; an engine with an all-to-all MoE
+    # backend (c.a2a) also scatters a TP group's tokens over its ranks first (SGLang's SCATTERED
+    # MLP mode with --moe-a2a-backend: layers/communicator.py _compute_mlp_mode): each rank then
+    # sends its 1/tp share, the combine returns it, and the all-gather before the next attention
+    # takes the place of the MoE all-reduce
+    scattered = (lay.ep > 1) & (lay.attention_dp == 1) if c.a2a else False
+    a2a = (lay.attention_dp > 1) | scattered
     # an all-to-all ends when its busiest sender is done: the busiest attention replica's tokens
     sent = c.tokens_all * c.skew if c.skewed else c.tokens_all
     dispatch = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), k, h, ab))
@@ -428,7 +435,10 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     if np.any(a2a):
         ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
                       draws=draws, group=lay.ep, imbalance=uneven, bulk=bulk))
-    ops.append(c.all_reduce("ffn_all_reduce", n))
+    reduce = c.all_reduce("ffn_all_reduce", n)
+    if np.any(scattered):
+        reduce = replace(reduce, group=np.where(scattered, 1, lay.tp))
+    ops.append(reduce)
     return ops
 
 
@@ -463,10 +473,12 @@ _MIXERS = {Mixer.linear: _linear_attention, Mixer.local: _local_attention}
 _FFNS = {FFNKind.dense: _dense_ffn, FFNKind.moe: _moe_ffn}
 
 
-def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> list[Op]:
+def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, a2a: bool = False) -> list[Op]:
     """Every operator of one forward step on one device, for the whole model (all layers, all
-    stages: per-stage figures are these divided by ``pp``), plus the embedding and LM head."""
-    c = _Ctx(model, layout, step, dtypes)
+    stages: per-stage figures are these divided by ``pp``), plus the embedding and LM head.
+    ``a2a``: the engine moves MoE tokens with an all-to-all backend whenever experts are spread
+    (``ep > 1``), with tensor-parallel attention too (``Efficiency.moe_a2a``, ``_moe_ffn``)."""
+    c = _Ctx(model, layout, step, dtypes, a2a)
     ops: list[Op] = []
     for (mixer, ffn), count in model.layer_kinds().items():
         mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
@@ -476,7 +488,7 @@ def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes) -> l
 
 
 def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, passes: int = 1,
-                  extend: bool = False, draft: DraftSpec | None = None) -> list[Op]:
+                  extend: bool = False, draft: DraftSpec | None = None, a2a: bool = False) -> list[Op]:
     """``passes`` draft steps of speculative decoding, one token per sequence each (``step``); no
     passes, no operators.
 
@@ -498,11 +510,11 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
         return []
     dt = dtypes if draft is None else replace(dtypes, weight=draft.weight_dtype)
     arch = model if draft is None else draft.layer
-    c = _Ctx(arch, layout, step, dt)
+    c = _Ctx(arch, layout, step, dt, a2a)
     ops = [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in _draft_module(c, draft)]
     if extend:
         verified = Step(step.batch, np.asarray(1.0 + passes), step.ctx, dp_skew=step.dp_skew)
-        c = _Ctx(arch, layout, verified, dt)
+        c = _Ctx(arch, layout, verified, dt, a2a)
         ops += [replace(op, name=f"mtp_extend_{op.name}") for op in _draft_module(c, draft, logits=c.b_loc)]
     if draft is not None:           # fc: replicated on every rank, once per step on the verified tokens
         ops.append(replace(c.gemm("fc", 1, draft.fused_hidden, arch.hidden_size), name="mtp_fc"))
