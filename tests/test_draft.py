@@ -58,6 +58,7 @@ def test_local_eagle3_config(tmp_path):
     ({**LLAMA_EAGLE3, "target_hidden_size": "wide"}, "'target_hidden_size' must be a positive integer"),
     ({k: v for k, v in LLAMA_EAGLE3.items() if k != "hidden_size"}, "missing field 'hidden_size'"),
     ([1, 2], "must hold a JSON object"),
+    ({**LLAMA_EAGLE3, "architectures": "LlamaForCausalLMEagle3"}, "must be a list of class names"),
     ("{not json", "not readable JSON"),
 ])
 def test_bad_draft_configs_are_input_errors(tmp_path, cfg, match):
@@ -70,6 +71,8 @@ def test_unknown_or_missing_drafts(tmp_path):
         draft("qwen3-eagle")
     with pytest.raises(InputError, match="not found"):
         draft(str(tmp_path / "nowhere.json"))
+    with pytest.raises(InputError, match="empty draft name"):
+        draft(" ")
 
 
 def test_estimate_checks_the_draft_against_the_model():

@@ -74,7 +74,9 @@ def draft_from_config(data: object, *, name: str, source: str, origin: str) -> D
     if not isinstance(data, dict):
         raise InputError(f"{origin}: a draft config.json must hold a JSON object")
     archs = data.get("architectures") or []
-    if not isinstance(archs, list) or not any(isinstance(a, str) and "eagle3" in a.lower() for a in archs):
+    if not isinstance(archs, list):
+        raise InputError(f"{origin}: field 'architectures' must be a list of class names, got {archs!r}")
+    if not any(isinstance(a, str) and "eagle3" in a.lower() for a in archs):
         raise InputError(f"{origin}: field 'architectures' is {archs!r}; expected an EAGLE-3 draft "
                          "(e.g. LlamaForCausalLMEagle3). A model's own MTP module needs no draft: give the "
                          "draft tokens alone")
@@ -113,6 +115,9 @@ def draft(name: str | DraftSpec | None) -> DraftSpec | None:
     if name is None or isinstance(name, DraftSpec):
         return name
     text = str(name)
+    if not text.strip():
+        raise InputError(f"an empty draft name; give a bundled draft ({', '.join(list_drafts())}) or an EAGLE-3 "
+                         "config.json")
     if text.endswith(".json") or Path(text).is_dir():
         path = Path(text) / "config.json" if Path(text).is_dir() else Path(text)
         if str(path) in _CACHE:          # an engine asks for its draft at every evaluation: read once
