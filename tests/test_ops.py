@@ -404,3 +404,25 @@ def test_moe_a2a_is_the_ascend_sglang_entrys():
     off_fw = framework("sglang-ascend").model_copy(update={"moe_a2a": None})
     off = planner.estimate("qwen3-next-80b-a3b", off_fw.apply(hardware("ascend-910c")), **kw)
     assert on.tpot_s > off.tpot_s        # 48 dispatch + combine pairs cost more than 48 all-reduces
+
+
+def test_mtp_module_stays_bf16_under_a_foreign_quantization():
+    # DeepSeek-V3's checkpoint is FP8 with its MTP module in FP8; quantizers that re-quantize it
+    # (ModelOpt FP4, msModelSlim W8A8/W4A8, AutoAWQ) leave the MTP module in BF16. At INT4 the
+    # MTP block's expert GEMM streams 2 bytes per weight (per device, tp 8: 256 experts / 8 of
+    # them at hit ~1), at FP8 one; the target's own experts stay in the step's format.
+    from planner.perf.ops import mtp_draft_ops, mtp_weight_dtype
+
+    m = planner.model("deepseek-v3")
+    lay, step = Layout.of(8, 1, 1), Step.of(512, 1, 1000)
+    per_device = 256 * 3 * 7168 * 2048 / 8
+    for fmt, expect, mtp_bytes in ((DType.int4, DType.bf16, 2), (DType.fp8, None, 1)):
+        dt = DTypes(weight=fmt)
+        assert mtp_weight_dtype(m, dt) is expect
+        ops = {o.name: o for o in mtp_draft_ops(m, lay, step, dt, passes=1)}
+        assert ops["mtp_experts"].weight_dtype is expect
+        assert float(ops["mtp_experts"].params) == pytest.approx(per_device)
+        assert float(ops["mtp_experts"].weight_bytes) == pytest.approx(per_device * mtp_bytes, rel=1e-3)
+        target = next(o for o in layer_ops(m, lay, step, dt) if o.name == "experts")
+        assert target.weight_dtype is None
+    assert mtp_weight_dtype(planner.model("qwen3-32b"), DTypes(weight=DType.bf16)) is None   # nothing to keep

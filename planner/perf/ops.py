@@ -501,6 +501,9 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
     (unquantized) format, and once per decode step ``fc`` (``3H -> h``) over the target hidden
     states the verify pass produced.
 
+    The MTP module keeps BF16 weights under a quantization that is not the checkpoint's own
+    (``mtp_weight_dtype``); the target's LM head it shares stays as the model keeps it.
+
     ``extend``: the engine also runs the draft once more per decode step, over the ``1 + passes``
     tokens each sequence verified, with logits for the last of them only (SGLang's EAGLE worker,
     which also serves NEXTN/MTP: ``forward_draft_extend_after_decode`` after every verify, sized
@@ -508,7 +511,8 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
     first draft step takes the verified tokens itself (vLLM's EAGLE proposer) run ``passes`` only."""
     if passes == 0:
         return []
-    dt = dtypes if draft is None else replace(dtypes, weight=draft.weight_dtype)
+    own = draft.weight_dtype if draft is not None else mtp_weight_dtype(model, dtypes)
+    dt = dtypes if own is None else replace(dtypes, weight=own)
     arch = model if draft is None else draft.layer
     c = _Ctx(arch, layout, step, dt, a2a)
     ops = [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in _draft_module(c, draft)]
@@ -518,10 +522,20 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
         ops += [replace(op, name=f"mtp_extend_{op.name}") for op in _draft_module(c, draft, logits=c.b_loc)]
     if draft is not None:           # fc: replicated on every rank, once per step on the verified tokens
         ops.append(replace(c.gemm("fc", 1, draft.fused_hidden, arch.hidden_size), name="mtp_fc"))
-        # the draft's GEMMs run in its own format, whatever the target's (roofline reads op.weight_dtype)
-        ops = [replace(op, weight_dtype=op.weight_dtype or draft.weight_dtype) if op.kind is OpKind.gemm else op
-               for op in ops]
+    if own is not None:             # its GEMMs run in its own format, whatever the target's (roofline reads it)
+        ops = [replace(op, weight_dtype=op.weight_dtype or own) if op.kind is OpKind.gemm else op for op in ops]
     return ops
+
+
+def mtp_weight_dtype(model: ModelSpec, dtypes: DTypes) -> DType | None:
+    """BF16 where a quantization that is not the checkpoint's own (narrower than BF16 and not its
+    native format) leaves the model's MTP module unquantized, as the public quantizers of
+    DeepSeek-V3/R1 do: NVIDIA ModelOpt's FP4 export (sglang PR #7376: the MTP module's quant config
+    is None, 'It's not quantized', after TensorRT-LLM's modeling_deepseekv3.py), msModelSlim's W8A8
+    (vllm-ascend PR #7177: DeepSeek-R1 MTP runs only as 'W8A8 + MTP float') and AutoAWQ (issue
+    #736: layer 61 not quantized); None (the step's format) otherwise, e.g. DeepSeek's own FP8."""
+    w = dtypes.weight
+    return DType.bf16 if w.bytes < DType.bf16.bytes and w.value != model.native_dtype else None
 
 
 def _draft_module(c: _Ctx, draft: DraftSpec | None, logits=None) -> list[Op]:
