@@ -103,11 +103,7 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     tpot, mid = 0.0, None
     for frac, w in _SIMPSON:
         ctx = input_len + frac * np.maximum(output_len - 1, 0)
-        ops = (layer_ops(model, lay, Step.of(dec_b, 1.0 + k, ctx), dtypes, hw.efficiency.moe_a2a)
-               + mtp_draft_ops(model, lay, Step.of(dec_b, 1.0, ctx), dtypes, passes=k,
-                               extend=hw.efficiency.draft_extend, draft=spec.draft,
-                               a2a=hw.efficiency.moe_a2a))
-        st = build_step(hw, ops, dtypes, lay, dec_b)
+        st = build_step(hw, _decode_ops(model, hw, lay, dtypes, spec, dec_b, ctx), dtypes, lay, dec_b)
         tpot = tpot + w * st.total_s
         mid = st if frac == 0.5 else mid
     tpot = (tpot + pp * _pipeline_p2p(hw, model, lay, dec_b * (1 + k), dtypes)) / spec.tokens_per_step
@@ -118,6 +114,17 @@ def evaluate(model: ModelSpec, hw: HardwareProfile, lay: Layout, batch, input_le
     return PhaseTimes(ttft, tpot, pre, mid, mem, output_len)
 
 
+def _decode_ops(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, spec: Speculation, n,
+                ctx) -> list:
+    """Operators of one decode step of ``n`` sequences at context ``ctx``: the target verifying
+    ``1 + k`` tokens of each and the ``k`` draft passes, as ``hw``'s engine runs them (its MoE
+    all-to-all backend, its draft-extend pass)."""
+    eff, k = hw.efficiency, spec.draft_tokens
+    return (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, eff.moe_a2a)
+            + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k, extend=eff.draft_extend,
+                            draft=spec.draft, a2a=eff.moe_a2a))
+
+
 def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, tpot):
     """TTFT and TPOT from the measured step-time table in use for ``hw`` (``perf.measured``)."""
     table, k = table_for(hw.name), spec.draft_tokens
@@ -126,11 +133,7 @@ def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, 
         return step_time(model, hw, lay, Step.of(b, t, 0.0, prompt=True), dtypes).total_s
 
     def roof_dec(n, ctx):
-        ops = (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, hw.efficiency.moe_a2a)
-               + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k,
-                               extend=hw.efficiency.draft_extend, draft=spec.draft,
-                               a2a=hw.efficiency.moe_a2a))
-        return build_step(hw, ops, dtypes, lay, n).total_s
+        return build_step(hw, _decode_ops(model, hw, lay, dtypes, spec, n, ctx), dtypes, lay, n).total_s
 
     match = (lay.pp == 1) & ((lay.tp == table.tp) if table.tp else True)
     return batch_phase_times(table, match, batch, input_len, output_len, 1.0 + k, spec.tokens_per_step,

@@ -517,7 +517,7 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
     c = _Ctx(arch, layout, step, dt, a2a)
     ops = [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in _draft_module(c, draft)]
     if extend:
-        verified = Step(step.batch, np.asarray(1.0 + passes), step.ctx, dp_skew=step.dp_skew)
+        verified = Step.lean(step.batch, 1.0 + passes, step.ctx, step.dp_skew)
         c = _Ctx(arch, layout, verified, dt, a2a)
         ops += [replace(op, name=f"mtp_extend_{op.name}") for op in _draft_module(c, draft, logits=c.b_loc)]
     if draft is not None:           # fc: replicated on every rank, once per step on the verified tokens
