@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -44,6 +45,27 @@ def test_whatif_explain_lists_operators():
     assert r.exit_code == 0
     for op in ("qkv_proj", "attention", "ffn_up", "ffn_all_reduce", "step_overhead"):
         assert op in r.stdout
+
+
+def test_explain_works_on_local_model_and_hardware_files(tmp_path):
+    # the breakdown re-evaluates what the estimate resolved: a local config.json whose model name is
+    # not in the catalog and a profile file whose name is not bundled (both failed after the table)
+    import shutil
+
+    from planner.catalog.hardware import bundled_profiles_dir
+
+    hw = tmp_path / "site-h100.yaml"
+    hw.write_text((bundled_profiles_dir() / "h100-sxm.yaml").read_text().replace("name: h100-sxm", "name: site-h100"))
+    cfg = tmp_path / "my-model" / "config.json"
+    cfg.parent.mkdir()
+    shutil.copy(Path(__file__).parent.parent / "scenarios" / "models" / "kimi-k2-linear-1t.json", cfg)
+    args = ["whatif", "--model", str(cfg), "--hardware", str(hw), "--tp", "8", "--ep", "8", "--input-len", "1000",
+            "--output-len", "10", "--weight-dtype", "int4", "--explain"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "linear_attention" in r.stdout and "unknown" not in r.output
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert doc["hardware"] == "site-h100" and any(row["op"] == "linear_attention" for row in doc["breakdown"])
 
 
 def test_explain_cuts_long_sources_and_json_keeps_them():

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import PrivateAttr
 
 from planner.catalog.bands import Banded, band_fields
 from planner.catalog.draft import DraftSpec
@@ -191,6 +192,9 @@ class Estimate(Banded):
     usd_per_h: float | None
     usd_per_million_output_tokens: float | None
     infeasible_reason: str | None = None
+    # the model, hardware (with its framework applied) and draft the estimate was made with, so the
+    # breakdown re-evaluates them even where they came from local files the names do not resolve to
+    _inputs: tuple[ModelSpec, HardwareProfile, DraftSpec | None] | None = PrivateAttr(default=None)
     suggestions: list[str] = []
 
 
@@ -251,7 +255,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     reason, suggestions = (None, []) if fits else _why_not(m, hw, lay, mem, dtypes, batch, input_len, output_len,
                                                            spec)
     bounds = phase_bounds(r.prefill, r.decode, ttft, (output_len - 1) * tpot)
-    return Estimate(
+    e = Estimate(
         model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, accelerators=devices,
         batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
@@ -268,6 +272,8 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
         **band_fields(hw.vendor, hw.framework, bounds, ttft, tpot, out_tps),
     )
+    e._inputs = (m, hw, spec.draft)
+    return e
 
 
 def _cp_ttft(m: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, batch: int, input_len: int,
@@ -330,16 +336,25 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
     return reason, tips
 
 
+def estimate_inputs(e: Estimate) -> tuple[ModelSpec, HardwareProfile, DraftSpec | None]:
+    """The model, hardware (its framework applied) and draft ``e`` was made with: those ``estimate``
+    resolved, local files included; for an Estimate rebuilt from its JSON, its names looked up."""
+    if e._inputs is not None:
+        return e._inputs
+    return (get_model(e.model), with_framework(get_hardware(e.hardware), e.framework or None),
+            get_draft(e.draft))
+
+
 def operator_breakdown(e: Estimate) -> list[dict]:
     """Per-operator rows (phase, op, layers, time, FLOPs, bytes, bound) behind an ``Estimate``:
     the prefill step and the decode step at the middle context length, per device (with MTP, the
     verifying pass of the main model plus the ``mtp_*`` draft passes; TPOT is that step over the
     tokens it yields)."""
-    m, hw = get_model(e.model), with_framework(get_hardware(e.hardware), e.framework or None)
+    m, hw, drafted = estimate_inputs(e)
     dtypes = resolve_dtypes(m, e.weight_dtype, e.kv_dtype)
     lay = Layout.of(e.tp, e.ep, e.pp)
     r = evaluate(m, hw, lay, e.batch, e.input_len, e.output_len, dtypes,
-                 Speculation(e.mtp_tokens, e.mtp_acceptance, draft=get_draft(e.draft)))
+                 Speculation(e.mtp_tokens, e.mtp_acceptance, draft=drafted))
     rows = []
     eff, rank_hw = hw.efficiency, hw.per_die()    # the steps are one rank's (one die of a package)
     for phase, st in (("prefill", r.prefill), ("decode", r.decode)):

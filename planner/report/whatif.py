@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from planner.perf.estimate import Estimate, operator_breakdown
+from planner.perf.estimate import Estimate, estimate_inputs, operator_breakdown
 from planner.report import key_value_table, out, si
 
 
@@ -69,9 +69,7 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         rows.append(("cost", f"${e.usd_per_h:,.2f}/h, ${e.usd_per_million_output_tokens:,.2f} per M output tokens"))
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
     if explain:
-        from planner.catalog.hardware import hardware as get_hardware
-
-        dies = get_hardware(e.hardware).dies_per_device
+        dies = estimate_inputs(e)[1].dies_per_device
         unit = "per device" if dies == 1 else f"per die: each of the {dies} dies of a package is one rank"
         t = Table(title=f"Per-operator breakdown ({unit}, all layers)",
                   caption="long sources are cut at their first clause; --json gives each in full")
