@@ -394,6 +394,45 @@ def test_a2a_backend_scatters_tp_tokens_to_the_experts():
     assert names[0] == names[1]
 
 
+def test_shared_expert_on_its_own_ranks_is_one_more_dispatch_slot():
+    # CloudMatrix-Infer's decode EP320 gives DeepSeek's shared expert 32 dies of its own: a decode
+    # step under attention DP (tp 1, ep 8) sends each token to 8 + 1 experts (4 tokens per rank x
+    # 9 x 7168 x 2 bytes) and no rank runs the shared expert on its own tokens; the routed expert
+    # work is unchanged, and a prompt step keeps the shared expert on every rank
+    m = planner.model("deepseek-v3")
+    lay, step = Layout.of(1, 8, 1), Step.of(32, 1, 4096)
+    local = {o.name: o for o in layer_ops(m, lay, step, BF16)}
+    aside = {o.name: o for o in layer_ops(m, lay, step, BF16, shared_ranks=True)}
+    assert "shared_expert_up" in local and "shared_expert_up" not in aside and "shared_expert_down" not in aside
+    assert float(local["ep_dispatch"].comm_bytes) == pytest.approx(4 * 8 * 7168 * 2)
+    assert float(aside["ep_dispatch"].comm_bytes) == pytest.approx(4 * 9 * 7168 * 2)
+    assert float(aside["ep_combine"].comm_bytes) == float(aside["ep_dispatch"].comm_bytes)
+    assert float(aside["experts"].flops) == pytest.approx(float(local["experts"].flops))
+    prompt = Step.of(4, 1024, 0, prompt=True)
+    assert [o.name for o in layer_ops(m, lay, prompt, BF16, shared_ranks=True)] == \
+           [o.name for o in layer_ops(m, lay, prompt, BF16)]
+    # without attention DP nothing is dispatched, so the shared expert stays on every rank
+    tp = Layout.of(8, 8, 1)
+    assert [o.name for o in layer_ops(m, tp, step, BF16, shared_ranks=True)] == \
+           [o.name for o in layer_ops(m, tp, step, BF16)]
+
+
+def test_shared_expert_ranks_are_cloudmatrix_infers():
+    # the framework fact reaches the decode step: one memory-bound expert fewer per die shortens
+    # CloudMatrix384's small-batch decode step, and leaves its prefill alone
+    from planner.catalog.frameworks import framework
+    from planner.catalog.hardware import hardware
+
+    fw = framework("cloudmatrix-infer")
+    assert fw.shared_expert_ranks.value and framework("sglang").shared_expert_ranks is None
+    kw = dict(tp=1, ep=128, batch=1024, input_len=4096, output_len=2, weight_dtype="int8", mtp_tokens=1,
+              mtp_acceptance=0.7)
+    on = planner.estimate("deepseek-r1", "cloudmatrix384", framework="cloudmatrix-infer", **kw)
+    off = planner.estimate("deepseek-r1", fw.model_copy(update={"shared_expert_ranks": None}).apply(
+        hardware("cloudmatrix384")), **kw)
+    assert on.tpot_s < off.tpot_s and on.ttft_s == pytest.approx(off.ttft_s, rel=1e-12)
+
+
 def test_moe_a2a_is_the_ascend_sglang_entrys():
     from planner.catalog.frameworks import framework
     from planner.catalog.hardware import hardware

@@ -70,6 +70,7 @@ class Framework(Frozen):
     overlap_moe_comm: Switch | None = None
     draft_extend: Switch | None = None      # Efficiency.draft_extend
     moe_a2a: Switch | None = None           # Efficiency.moe_a2a
+    shared_expert_ranks: Switch | None = None   # Efficiency.shared_expert_ranks
     max_num_seqs: Figure | None = None
     kv_reservation: KvReservation | None = None
     limits_scope: LimitsScope | None = None   # engine limits per attention-DP replica or for the instance
@@ -130,7 +131,7 @@ class Framework(Frozen):
                 update[field] = getattr(self, field)
         if self.ep_bulk:
             update["ep_bulk"] = self.ep_bulk
-        for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a"):
+        for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value
         attention = self.attention_prefill.get(hw.name) or self.attention_prefill.get(hw.base or "")

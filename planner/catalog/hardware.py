@@ -285,6 +285,7 @@ class Efficiency(Frozen):
     overlap_moe_comm: bool = False   # two micro-batches hide the EP all-to-all behind compute
     draft_extend: bool = False       # one more draft pass per MTP step, over the verified tokens (SGLang)
     moe_a2a: bool = False            # MoE tokens by all-to-all whenever ep > 1, TP attention too (perf.ops)
+    shared_expert_ranks: bool = False   # decode: shared experts on EP ranks of their own, dispatched to (perf.ops)
     comm_compute_share: Fraction = Fraction(
         value=0.18, source="deepep_sms", note="compute units the EP all-to-all kernels occupy while overlapped")
 

@@ -119,11 +119,11 @@ def _decode_ops(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
                 ctx) -> list:
     """Operators of one decode step of ``n`` sequences at context ``ctx``: the target verifying
     ``1 + k`` tokens of each and the ``k`` draft passes, as ``hw``'s engine runs them (its MoE
-    all-to-all backend, its draft-extend pass)."""
+    all-to-all backend and shared-expert placement, its draft-extend pass)."""
     eff, k = hw.efficiency, spec.draft_tokens
-    return (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, eff.moe_a2a)
+    return (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, eff.moe_a2a, eff.shared_expert_ranks)
             + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k, extend=eff.draft_extend,
-                            draft=spec.draft, a2a=eff.moe_a2a))
+                            draft=spec.draft, a2a=eff.moe_a2a, shared_ranks=eff.shared_expert_ranks))
 
 
 def _measured(model, hw, lay, dtypes, spec, batch, input_len, output_len, ttft, tpot):

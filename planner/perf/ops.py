@@ -208,6 +208,7 @@ class _Ctx:
     step: Step
     dt: DTypes
     a2a: bool = False                         # MoE tokens go by all-to-all even without attention DP (layer_ops)
+    shared_ranks: bool = False                # decode: the shared experts are EP ranks of their own (layer_ops)
     b_loc: np.ndarray = field(init=False)     # sequences on the busiest attention replica
     tokens: np.ndarray = field(init=False)    # new tokens on the busiest attention replica
     tokens_all: np.ndarray = field(init=False)
@@ -408,7 +409,14 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     a2a = (lay.attention_dp > 1) | scattered
     # an all-to-all ends when its busiest sender is done: the busiest attention replica's tokens
     sent = c.tokens_all * c.skew if c.skewed else c.tokens_all
-    dispatch = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), k, h, ab))
+    # a decode deployment may give the shared experts EP ranks of their own (CloudMatrix-Infer's
+    # EP320: 256 routed experts, 32 shared-expert replicas and 32 redundant experts, one per die):
+    # each token is then dispatched to k + shared experts, and no rank runs the shared expert on
+    # its own tokens (the replicas' load matches a routed expert's by construction: ~10 ranks'
+    # tokens each, against 8 x 320 / 288 per routed expert)
+    aside = bool(c.shared_ranks and moe.num_shared_experts and not c.step.prompt and np.all(a2a))
+    slots = k + moe.num_shared_experts if aside else k
+    dispatch = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), slots, h, ab))
     # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
     # expert groups, so it crosses the scale-out network to at most that many nodes, once each
     limited = moe.num_groups and moe.num_groups > 1 and moe.groups_per_token
@@ -428,7 +436,7 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
                   weight_bytes=scaled(hit, stored, c.dt.weight.bytes),       # stored x hit x bytes
                   act_bytes=scaled(seen, 2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp, ab),
                   params=stored, group=lay.ep, imbalance=uneven, grouped=True))
-    if moe.num_shared_experts:
+    if moe.num_shared_experts and not aside:
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
         ops.append(c.gemm("shared_expert_up", n, h, 2 * width))
         ops.append(c.gemm("shared_expert_down", n, width, h))
@@ -473,12 +481,15 @@ _MIXERS = {Mixer.linear: _linear_attention, Mixer.local: _local_attention}
 _FFNS = {FFNKind.dense: _dense_ffn, FFNKind.moe: _moe_ffn}
 
 
-def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, a2a: bool = False) -> list[Op]:
+def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, a2a: bool = False,
+              shared_ranks: bool = False) -> list[Op]:
     """Every operator of one forward step on one device, for the whole model (all layers, all
     stages: per-stage figures are these divided by ``pp``), plus the embedding and LM head.
     ``a2a``: the engine moves MoE tokens with an all-to-all backend whenever experts are spread
-    (``ep > 1``), with tensor-parallel attention too (``Efficiency.moe_a2a``, ``_moe_ffn``)."""
-    c = _Ctx(model, layout, step, dtypes, a2a)
+    (``ep > 1``), with tensor-parallel attention too (``Efficiency.moe_a2a``, ``_moe_ffn``).
+    ``shared_ranks``: in decode steps that dispatch, the shared experts run on EP ranks of their
+    own (``Efficiency.shared_expert_ranks``, ``_moe_ffn``)."""
+    c = _Ctx(model, layout, step, dtypes, a2a, shared_ranks)
     ops: list[Op] = []
     for (mixer, ffn), count in model.layer_kinds().items():
         mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)
@@ -488,7 +499,8 @@ def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, a2a:
 
 
 def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, passes: int = 1,
-                  extend: bool = False, draft: DraftSpec | None = None, a2a: bool = False) -> list[Op]:
+                  extend: bool = False, draft: DraftSpec | None = None, a2a: bool = False,
+                  shared_ranks: bool = False) -> list[Op]:
     """``passes`` draft steps of speculative decoding, one token per sequence each (``step``); no
     passes, no operators.
 
@@ -514,11 +526,11 @@ def mtp_draft_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, 
     own = draft.weight_dtype if draft is not None else mtp_weight_dtype(model, dtypes)
     dt = dtypes if own is None else replace(dtypes, weight=own)
     arch = model if draft is None else draft.layer
-    c = _Ctx(arch, layout, step, dt, a2a)
+    c = _Ctx(arch, layout, step, dt, a2a, shared_ranks)
     ops = [replace(op, name=f"mtp_{op.name}", count=op.count * passes) for op in _draft_module(c, draft)]
     if extend:
         verified = Step.lean(step.batch, 1.0 + passes, step.ctx, step.dp_skew)
-        c = _Ctx(arch, layout, verified, dt, a2a)
+        c = _Ctx(arch, layout, verified, dt, a2a, shared_ranks)
         ops += [replace(op, name=f"mtp_extend_{op.name}") for op in _draft_module(c, draft, logits=c.b_loc)]
     if draft is not None:           # fc: replicated on every rank, once per step on the verified tokens
         ops.append(replace(c.gemm("fc", 1, draft.fused_hidden, arch.hidden_size), name="mtp_fc"))

@@ -360,4 +360,6 @@ def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step,
     """Time of one forward step of ``step.batch`` sequences through all layers (on one die of a
     multi-die package: ``on_dies``)."""
     hw, layout = on_dies(hw, layout)
-    return build_step(hw, layer_ops(model, layout, step, dtypes, hw.efficiency.moe_a2a), dtypes, layout, step.batch)
+    eff = hw.efficiency
+    return build_step(hw, layer_ops(model, layout, step, dtypes, eff.moe_a2a, eff.shared_expert_ranks), dtypes, layout,
+                      step.batch)
