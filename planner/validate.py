@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from planner.catalog.frameworks import Framework, framework
-from planner.catalog.hardware import hardware
+from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
 from planner.errors import PlannerError
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
@@ -52,6 +52,10 @@ class Point(Frozen):
                                            "where the source's tool sized it")
     prefill_delay_passes: int | None = Field(None, ge=0, description="the run's prefill delayer under attention "
                                              "DP, where its command enables one (Engine.prefill_delay_passes)")
+    mem_fraction: float | None = Field(None, gt=0, le=1, description="the run's memory fraction for weights, "
+                                       "activations and KV (SGLang --mem-fraction-static, vLLM "
+                                       "--gpu-memory-utilization), where its command sets one: it replaces the "
+                                       "framework's default in the engine's memory policy")
     num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
                                      "the source states it: an offline run (all queued at once) or, with "
                                      "concurrency, a closed loop of that many clients is then replayed by the "
@@ -114,11 +118,21 @@ def predict(p: Point, fw: Framework | None = None) -> float:
     return predict_with_bounds(p, fw)[0]
 
 
+def _as_run(fw: Framework, p: Point) -> Framework:
+    """``fw`` with the memory fraction ``p``'s run set on its command line, if it set one (the
+    policy's kind stays the engine's; an entry without one has the profiles' total fraction)."""
+    if p.mem_fraction is None:
+        return fw
+    frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")
+    pol = fw.memory_policy or MemoryPolicy(kind="total_fraction", fraction=frac)   # the profiles' default kind
+    return fw.model_copy(update={"memory_policy": pol.model_copy(update={"fraction": frac})})
+
+
 def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:
     """``predict`` and the error-band bound of each phase at the point's conditions."""
     from planner.perf.estimate import estimate
 
-    fw = fw or framework(p.framework)
+    fw = _as_run(fw or framework(p.framework), p)
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound":
         return _at_tpot_bound(p, fw, kw)

@@ -19,7 +19,7 @@ def test_a_910c_die_has_half_the_package():
     die = pkg.per_die()
     assert pkg.dies_per_device == 2 and die.dies_per_device == 1
     assert die.peak_flops[DType.bf16].value == pytest.approx(353.9e12)       # 707.8 / 2
-    assert die.memory.capacity.value == 64 * 2**30
+    assert die.memory.capacity.value == pkg.memory.capacity.value / 2 == 65_787_658_240   # 61.27 GiB a process sees
     assert die.memory.bandwidth.value == pytest.approx(1.6e12)
     assert die.scale_up.bandwidth_per_direction.value == pytest.approx(196e9)  # cm384_paper: per die
     assert die.domain_size == 16                                               # an A3 node: 16 ranks
@@ -79,7 +79,7 @@ def test_package_memory_is_its_dies_together():
     free_die = float(free_kv_bytes_device(m, pkg.per_die(), Layout.of(4, 1, 1), DTypes()))
     assert free_pkg == 2 * free_die
     e = estimate("qwen3-32b", "ascend-910c", tp=2, batch=8, input_len=1000, output_len=100)
-    assert e.memory.capacity_bytes == 128 * 2**30 and e.accelerators == 2
+    assert e.memory.capacity_bytes == 2 * 65_787_658_240 and e.accelerators == 2
     d = estimate("qwen3-32b", pkg.per_die(), tp=4, batch=8, input_len=1000, output_len=100)
     assert e.memory.weights_bytes == pytest.approx(2 * d.memory.weights_bytes)
     assert e.memory.max_batch == d.memory.max_batch and e.tpot_s == d.tpot_s

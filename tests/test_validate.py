@@ -222,3 +222,41 @@ def test_a_910c_package_serves_as_two_910b_dies():
                                              framework="sglang-ascend").tpot_s
                             for hw, tp in (("ascend-910c", tp_a2 // 2), ("ascend-910b", tp_a2)))
         assert a3_step / a2_step == pytest.approx(x["measured"] / y["measured"], rel=0.05)
+
+
+def test_a_runs_memory_fraction_replaces_the_engines_default():
+    """A point may carry the memory fraction its command set (SGLang --mem-fraction-static): it
+    replaces the framework entry's default in the memory policy, whose kind stays the engine's, and
+    a smaller fraction leaves less KV cache: Llama-3.1-70B BF16 on four A100s at 64 clients of
+    2,000 + 2,000 tokens holds them all at 0.9 (~41 GB of KV per GPU; ~16 GB at their mean context)
+    and ~27 of them at 0.5 (~7 GB), so its closed-loop throughput falls."""
+    from planner.catalog.frameworks import framework
+    from planner.validate import _as_run
+
+    base = dict(id="x", vendor="nvidia", hardware="a100-80g", model="llama-3.1-70b", tp=4, input_len=2000,
+                output_len=2000, concurrency=64, metric="output_tokens_per_s", value=1.0, source="s",
+                role="held_out")
+    for name, kind in (("vllm", "total_fraction"), ("tensorrt-llm", "free_fraction")):
+        run = _as_run(framework(name), Point(framework=name, mem_fraction=0.6, **base))
+        assert run.memory_policy.kind == kind and run.memory_policy.fraction.value == 0.6
+    assert _as_run(framework("vllm"), Point(framework="vllm", **base)) == framework("vllm")
+    full, tight = (predict(Point(framework="vllm", mem_fraction=f, **base)) for f in (0.9, 0.5))
+    assert tight < 0.7 * full
+    with pytest.raises(Exception, match="mem_fraction"):
+        Point(framework="vllm", mem_fraction=1.5, **base)
+
+
+def test_every_sglang_ascend_run_carries_its_commands_memory_fraction():
+    # read from each run's --mem-fraction-static (0.685-0.81), none left at the engine's default
+    pts = [p for p in load_points().points if p.framework == "sglang-ascend"]
+    assert len(pts) == 47 and all(0.68 <= p.mem_fraction <= 0.82 for p in pts)
+
+
+def test_ascend_profiles_hold_what_the_runtime_gives_a_process():
+    # npu-smi lists 65,536 MB per 64 GB device; torch_npu's total is 60.96 GiB on a 910B and
+    # 61.27 GiB on a 910C die (the firmware keeps the rest)
+    from planner.catalog.hardware import hardware
+
+    assert hardware("ascend-910b").memory.capacity.value == 65_452_113_920
+    assert hardware("ascend-910c").memory.capacity.value == pytest.approx(2 * 61.27 * 2**30, rel=1e-4)
+    assert hardware("cloudmatrix384").memory.capacity.value == hardware("ascend-910c").memory.capacity.value
