@@ -272,6 +272,11 @@ class Efficiency(Frozen):
                                    note="max/mean expert load from routing skew; set by a framework")
     grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
                                       note="MoE grouped GEMMs reach this fraction of the dense plateau")
+    # MoE grouped GEMMs whose experts are in a weight-only format (INT4/FP4 weights the chip has no
+    # matrix rate for, BF16 activations: W4A16) dequantize every weight tile on the vector/CUDA
+    # cores in the kernel's main loop (vLLM's Marlin MoE): their compute plateau, as a fraction of
+    # the BF16 peak, where one was measured; None: the BF16 grouped rate
+    weight_only_grouped: Fraction | None = None
     # fraction of the BF16 peak (FLOPs as ops.py counts them) that the linear-attention core
     # (Gated DeltaNet / KDA chunk_gated_delta_rule) reaches: sequential chunks, small per-head
     # matmuls and triangular solves keep it far below the GEMM plateau

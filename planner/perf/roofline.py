@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import Fraction, HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import (
     all_reduce_form,
@@ -206,8 +206,10 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         stream = (by_format or eff.memory).value
         # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
         # (whatever the KV format)
+        cap = _weight_only_grouped(hw, op, dtypes)
         denom = hw.peak_flops_per_s(DType.bf16) * eff.linear_attention.value if op.linear \
-            else peak * eff.gemm_plateau(fmt) * grouped
+            else peak * eff.gemm_plateau(fmt) * grouped if cap is None or cap.value >= eff.gemm_plateau(fmt) * grouped \
+            else peak * cap.value
         compute = flops / denom if _ones(load, flops.shape) else in_place(np.divide, flops * load, denom)  # x * 1 = x
         per_byte = bw * eff.memory.value
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
@@ -219,6 +221,16 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         fixed = eff.kernel_latency.value if _never_idle(flops, nbytes) else \
             eff.kernel_latency.value * _busy(flops, nbytes)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def _weight_only_grouped(hw: HardwareProfile, op: Op, dtypes: DTypes) -> Fraction | None:
+    """The weight-only plateau that holds ``op`` back (``Efficiency.weight_only_grouped``): a
+    grouped GEMM whose weights are a format the chip has no matrix rate for; else None."""
+    cap = hw.efficiency.weight_only_grouped
+    if cap is None or not op.grouped:
+        return None
+    weight = op.weight_dtype or dtypes.weight
+    return cap if weight.bytes < DType.bf16.bytes and hw.compute_dtype(weight) is DType.bf16 else None
 
 
 def _never_idle(flops: np.ndarray, nbytes: np.ndarray) -> bool:
@@ -298,6 +310,9 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             eff.linear_attention.source
     if bound == "compute":
         plateau = eff.gemm_by_format.get(fmt) or eff.gemm
+        cap = _weight_only_grouped(hw, op, dtypes)
+        if cap is not None and cap.value < plateau.value * eff.grouped_gemm.value:
+            return ideal, f"weight-only grouped GEMM {cap.value:.2f} of peak + {fixed}", cap.source
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
