@@ -205,11 +205,14 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         by_format = eff.memory_by_format.get(op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else None
         stream = (by_format or eff.memory).value
         # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
-        # (whatever the KV format)
+        # (whatever the KV format); weight-only experts at their kernel's plateau where it is lower
         cap = _weight_only_grouped(hw, op, dtypes)
-        denom = hw.peak_flops_per_s(DType.bf16) * eff.linear_attention.value if op.linear \
-            else peak * eff.gemm_plateau(fmt) * grouped if cap is None or cap.value >= eff.gemm_plateau(fmt) * grouped \
-            else peak * cap.value
+        if op.linear:
+            denom = hw.peak_flops_per_s(DType.bf16) * eff.linear_attention.value
+        elif cap is not None and cap.value < eff.gemm_plateau(fmt) * grouped:
+            denom = peak * cap.value
+        else:
+            denom = peak * eff.gemm_plateau(fmt) * grouped
         compute = flops / denom if _ones(load, flops.shape) else in_place(np.divide, flops * load, denom)  # x * 1 = x
         per_byte = bw * eff.memory.value
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
