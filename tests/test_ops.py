@@ -114,7 +114,7 @@ def test_weight_only_moe_experts_run_at_the_marlin_plateau():
     # INT4 experts with BF16 activations (W4A16) dequantize in the kernel's main loop: on an H100 a
     # compute-bound grouped GEMM reaches 0.30 of the BF16 peak (vLLM's Marlin MoE, 293 TFLOP/s),
     # not the BF16 grouped rate (0.78 x 0.93); FP8 experts (a matrix format), BF16 experts and a
-    # dense INT4 GEMM keep theirs; an H20 reaches 0.50; a profile without a measurement is unchanged
+    # dense INT4 GEMM (Machete's BF16 parity on Hopper) keep theirs; an H20 reaches 0.50
     hw = planner.hardware("h100-sxm")
     M, K, N = 8192, 7168, 4096
     flops = 2.0 * M * K * N
@@ -128,8 +128,13 @@ def test_weight_only_moe_experts_run_at_the_marlin_plateau():
     dense = Op("ffn_up", OpKind.gemm, 1, flops=flops, weight_bytes=K * N * 0.5, act_bytes=M * (K + N) * 2)
     assert float(op_time(hw, dense, int4).compute_s) == pytest.approx(flops / (989.4e12 * 0.78))
     assert float(op_time(planner.hardware("h20"), experts, int4).compute_s) == pytest.approx(flops / (148e12 * 0.50))
+    # an A100 holds dense W4A16 GEMMs to Marlin's flat 141 of 312 TFLOP/s (0.45), and its experts
+    # (no grouped measurement) to the same; its INT8 weights keep the INT8 matrix rate
     a100 = planner.hardware("a100-80g")
-    assert float(op_time(a100, experts, int4).compute_s) == pytest.approx(float(op_time(a100, experts, BF16).compute_s))
+    assert float(op_time(a100, dense, int4).compute_s) == pytest.approx(flops / (312e12 * 0.45))
+    assert float(op_time(a100, experts, int4).compute_s) == pytest.approx(flops / (312e12 * 0.45))
+    assert float(op_time(a100, dense, DTypes(weight=DType.int8)).compute_s) == pytest.approx(
+        flops / (624e12 * a100.efficiency.gemm_plateau(DType.int8)))
 
 
 def test_tp_all_reduce_time_by_hand():

@@ -277,6 +277,9 @@ class Efficiency(Frozen):
     # cores in the kernel's main loop (vLLM's Marlin MoE): their compute plateau, as a fraction of
     # the BF16 peak, where one was measured; None: the BF16 grouped rate
     weight_only_grouped: Fraction | None = None
+    # the same for dense GEMMs with weight-only weights (vLLM's Marlin on Ampere flattens far below
+    # cuBLAS at prefill sizes; Hopper's Machete claims BF16 parity): None, the BF16 plateau
+    weight_only_dense: Fraction | None = None
     # fraction of the BF16 peak (FLOPs as ops.py counts them) that the linear-attention core
     # (Gated DeltaNet / KDA chunk_gated_delta_rule) reaches: sequential chunks, small per-head
     # matmuls and triangular solves keep it far below the GEMM plateau
