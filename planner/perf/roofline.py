@@ -206,10 +206,9 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         stream = (by_format or eff.memory).value
         # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
         # (whatever the KV format); weight-only GEMMs at their kernel's plateau where it is lower
-        cap = _weight_only_cap(hw, op, dtypes)
         if op.linear:
             denom = hw.peak_flops_per_s(DType.bf16) * eff.linear_attention.value
-        elif cap is not None and cap.value < eff.gemm_plateau(fmt) * grouped:
+        elif (cap := _weight_only_cap(hw, op, dtypes, fmt)) is not None:
             denom = peak * cap.value
         else:
             denom = peak * eff.gemm_plateau(fmt) * grouped
@@ -226,19 +225,19 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     return OpTime(op, compute, memory, np.zeros(()), fixed)
 
 
-def _weight_only_cap(hw: HardwareProfile, op: Op, dtypes: DTypes) -> Fraction | None:
-    """The weight-only plateau that holds GEMM ``op`` back, if its weights are a format the chip
-    has no matrix rate for (``Efficiency.weight_only_grouped`` for MoE experts, else the dense
-    one: a grouped kernel of the family is no faster; ``weight_only_dense`` for the others);
-    else None."""
+def _weight_only_cap(hw: HardwareProfile, op: Op, dtypes: DTypes, fmt: DType) -> Fraction | None:
+    """The weight-only plateau that holds GEMM ``op`` back below its ``fmt`` plateau (grouped
+    share included), if its weights are a format the chip has no matrix rate for
+    (``Efficiency.weight_only_grouped`` for MoE experts, else the dense one: a grouped kernel of
+    the family is no faster; ``weight_only_dense`` for the others); else None."""
     if op.kind is not OpKind.gemm:
         return None
     eff = hw.efficiency
     cap = (eff.weight_only_grouped or eff.weight_only_dense) if op.grouped else eff.weight_only_dense
-    if cap is None:
-        return None
     weight = op.weight_dtype or dtypes.weight
-    return cap if weight.bytes < DType.bf16.bytes and hw.compute_dtype(weight) is DType.bf16 else None
+    if cap is None or weight.bytes >= DType.bf16.bytes or hw.compute_dtype(weight) is not DType.bf16:
+        return None
+    return cap if cap.value < eff.gemm_plateau(fmt) * (eff.grouped_gemm.value if op.grouped else 1.0) else None
 
 
 def _never_idle(flops: np.ndarray, nbytes: np.ndarray) -> bool:
@@ -318,8 +317,8 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             eff.linear_attention.source
     if bound == "compute":
         plateau = eff.gemm_by_format.get(fmt) or eff.gemm
-        cap = _weight_only_cap(hw, op, dtypes)
-        if cap is not None and cap.value < plateau.value * (eff.grouped_gemm.value if op.grouped else 1.0):
+        cap = _weight_only_cap(hw, op, dtypes, fmt)
+        if cap is not None:
             return ideal, f"weight-only {'grouped ' if op.grouped else ''}GEMM {cap.value:.2f} of peak + {fixed}", \
                 cap.source
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
