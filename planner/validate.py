@@ -118,9 +118,11 @@ def predict(p: Point, fw: Framework | None = None) -> float:
     return predict_with_bounds(p, fw)[0]
 
 
-def _as_run(fw: Framework, p: Point) -> Framework:
-    """``fw`` with the memory fraction ``p``'s run set on its command line, if it set one (the
-    policy's kind stays the engine's; an entry without one has the profiles' total fraction)."""
+def _as_run(fw: Framework | None, p: Point) -> Framework:
+    """``fw`` (default: the point's framework entry) with the memory fraction ``p``'s run set on its
+    command line, if it set one (the policy's kind stays the engine's; an entry without one has
+    the profiles' total fraction)."""
+    fw = fw or framework(p.framework)
     if p.mem_fraction is None:
         return fw
     frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")
@@ -132,7 +134,7 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
     """``predict`` and the error-band bound of each phase at the point's conditions."""
     from planner.perf.estimate import estimate
 
-    fw = _as_run(fw or framework(p.framework), p)
+    fw = _as_run(fw, p)
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound":
         return _at_tpot_bound(p, fw, kw)
@@ -269,7 +271,7 @@ def slowdown(metric: str, predicted: float, measured: float) -> float:
 def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: int = 256,
                          fw: Framework | None = None) -> dict:
     """Decode throughput per device at a TPOT bound, the way serving papers quote it: the largest
-    batch per device (same deployment as point ``p``) whose predicted TPOT meets the bound and
+    batch per device (same deployment and memory fraction as point ``p``) whose predicted TPOT meets the bound and
     fits in memory, and ``batch / TPOT`` there. All batches are evaluated in one vectorized call."""
     from planner.catalog.draft import draft as get_draft
     from planner.catalog.model_catalog import model
@@ -277,7 +279,7 @@ def decode_at_tpot_bound(p: Point, tpot_bound_s: float, max_batch_per_device: in
     from planner.perf.parallel import Layout
     from planner.perf.speculation import Speculation
 
-    m, hw = model(p.model), (fw or framework(p.framework)).apply(hardware(p.hardware))
+    m, hw = model(p.model), _as_run(fw, p).apply(hardware(p.hardware))
     lay = Layout.of(p.tp, p.ep, p.pp)
     devices = int(np.ravel(lay.devices)[0])
     per_dev = np.arange(1, max_batch_per_device + 1)
