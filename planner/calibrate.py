@@ -2,7 +2,8 @@
 calibration points.
 
 The hardware side (every microbenchmark sweep replayed through the roofline) is
-``planner.microbench``.
+``planner.microbench``; ``python -m planner.calibrate --attention`` prints the prefill-attention
+fit of every bundled FlashAttention sweep (the figures the profiles' ``attention`` block holds).
 
 ``python -m planner.calibrate vllm-2023`` grid-searches the framework's per-step overhead and its
 GEMM / memory / scale-up link scales, ring-hop latency and per-sequence host time (``--sequence``)
@@ -103,7 +104,16 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring] [--sequence] "
-                         "[--step-only] [--descent]")
+                         "[--step-only] [--descent]  |  python -m planner.calibrate --attention")
+    if argv[0] == "--attention":
+        from planner.microbench import attention_sweeps
+
+        for f in attention_sweeps():
+            how = "fitted" if f["half_keys_fitted"] else "stated in the file"
+            print(f"{f['file']}: plateau {f['plateau']:.3f} of the {f['hardware']} die's BF16 peak, half length "
+                  f"{f['half_keys']:.0f} keys ({how}); median error {f['median_abs_rel_error']:.1%} over "
+                  f"{f['points']} lengths")
+        return
     err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv, ring="--ring" in argv,
                   sequence="--sequence" in argv, step_only="--step-only" in argv, descent="--descent" in argv)
     points = calibration_points(argv[0])

@@ -82,17 +82,28 @@ def allreduce_sweeps() -> list[dict]:
     return [allreduce_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-allreduce*-nccl.csv"))]
 
 
+def _stated_half_keys(path: Path) -> float | None:
+    """The ``# half_keys: X`` a sweep file states (with its reason) when its lengths cannot fix
+    the half length: a sweep of long sequences only sees the plateau."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# half_keys:"):
+            return float(line.split(":", 1)[1].split()[0])
+    return None
+
+
 def attention_sweep(path: Path | None = None) -> dict:
     """Fit Hockney's form ``r(L) = r_inf L / (L + L_half)`` to a FlashAttention sequence-length
-    sweep (``*-attention-*.csv``: seq_len, tflops): the plateau fraction of the profile's peak and
-    the half length that ``Efficiency.attention`` holds. Log-error least squares on a grid of L_half
-    (the best r_inf for each is the geometric mean of r / x)."""
+    sweep (``<profile>-attention-*.csv``: seq_len, tflops): the plateau fraction of one die's BF16
+    peak and the half length that ``Efficiency.attention`` holds. Log-error least squares on a grid
+    of L_half (the best r_inf for each is the geometric mean of r / x); a file that states its
+    ``half_keys`` (long sequences only) fits the plateau alone."""
     path = path or next(microbenchmarks_dir().glob("h100-sxm-attention-fa3-bf16.csv"))
     length, tflops = sweep_columns(path)
     rate = tflops * 1e12
     hw = hardware(path.name.split("-attention-")[0])
+    stated = _stated_half_keys(path)
     best = None
-    for half in np.arange(1.0, 2048.0, 1.0):
+    for half in np.arange(1.0, 2048.0, 1.0) if stated is None else (stated,):
         x = length / (length + half)
         r_inf = float(np.exp(np.mean(np.log(rate / x))))
         err = float(np.mean(np.abs(np.log(r_inf * x / rate))))
@@ -101,5 +112,10 @@ def attention_sweep(path: Path | None = None) -> dict:
     assert best is not None
     err, half, r_inf = best
     pred = r_inf * length / (length + half)
-    return {"hardware": hw.name, "points": int(length.size), "plateau": r_inf / hw.peak_flops_per_s(DType.bf16),
-            "half_keys": float(half), "median_abs_rel_error": float(np.median(np.abs(pred / rate - 1)))}
+    return {"hardware": hw.name, "file": path.name, "points": int(length.size),
+            "plateau": r_inf / hw.per_die().peak_flops_per_s(DType.bf16), "half_keys": float(half),
+            "half_keys_fitted": stated is None, "median_abs_rel_error": float(np.median(np.abs(pred / rate - 1)))}
+
+
+def attention_sweeps() -> list[dict]:
+    return [attention_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-attention-*.csv"))]

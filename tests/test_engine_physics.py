@@ -330,3 +330,57 @@ def test_an_ep_bulk_curve_names_real_group_sizes(tmp_path):
     bad.write_text("description: x\nep_bulk:\n  0: {value: 0.5, source: me}\n")
     with pytest.raises(InputError, match=r"fw\.yaml:2 ep_bulk: EP ranks must be >= 2.*got 0"):
         load_framework_file(bad)
+
+
+def test_ascend_prefill_attention_runs_at_the_vendor_kernels_measured_plateau():
+    """A causal 8,192-token prompt, one Qwen3-32B layer's attention on one die (64 heads of 128 at TP1):
+    4 x 64 x 128 x 8,192 x 8,193 / 2 FLOPs over 4,096.5 keys per query on average. On a 910B the
+    vendor npu_fusion_attention kernel reaches 0.39 of 353.9 TFLOP/s (ops-transformer sweep, 136-142
+    TFLOP/s at 60K-130K keys), on a 910C die 0.50 (FlashAttentionScore, 176 TFLOP/s at 32K-128K),
+    not H100 FlashAttention-3's 0.68; both rise with keys by the profile's Hockney half length
+    (216 keys)."""
+    from planner.perf.ops import DTypes, Step, layer_ops
+    from planner.perf.parallel import Layout
+    from planner.perf.roofline import op_time
+
+    ops = layer_ops(planner.model("qwen3-32b"), Layout.of(1, 1, 1), Step.of(1, 8192, 0), DTypes())
+    op = next(o for o in ops if o.name == "attention")
+    flops = 4 * 64 * 128 * 8192 * 8193 / 2
+    assert float(op.flops) == pytest.approx(flops)
+    keys = float(op.keys)
+    assert keys == pytest.approx(4096.5)
+    for name, plateau, peak in (("ascend-910b", 0.39, 353.9e12), ("ascend-910c", 0.50, 353.9e12),
+                                ("h100-sxm", 0.68, 989.4e12)):
+        hw = hardware(name).per_die()
+        t = float(op_time(hw, op, DTypes()).compute_s)
+        assert t == pytest.approx(flops / (peak * plateau * keys / (keys + 216)), rel=1e-9), name
+
+
+def test_absorbed_mla_runs_at_cloudmatrix_infers_measured_decode_kernel_and_prefill_at_the_vendor_one():
+    """CloudMatrix-Infer's MLA decode kernel reaches 65.4% of a 910C die's peak when compute-bound
+    (cm384 paper), a plateau of 0.654 x (4,096 + 216) / 4,096 = 0.69 at its 4K-token KV; it applies
+    to the absorbed (latent-space) form of decode and MTP-verify steps only. A DeepSeek-R1 decode
+    step at 4K context on one die (128 heads, attention data parallel): 2 x 128 x (512 + 64 + 512)
+    FLOPs per query-key pair. Its prompts decompress MLA and run the profile's FlashAttention (0.50);
+    SGLang-Ascend, which has no such kernel figure, runs both forms at 0.50."""
+    from planner.catalog.frameworks import framework
+    from planner.perf.ops import DTypes, Step, layer_ops
+    from planner.perf.parallel import Layout
+    from planner.perf.roofline import op_time
+
+    m, lay = planner.model("deepseek-r1"), Layout.of(1, 1, 1)
+    decode = next(o for o in layer_ops(m, lay, Step.of(64, 1, 4096), DTypes()) if o.name == "attention")
+    prompt = next(o for o in layer_ops(m, lay, Step.of(1, 4096, 0), DTypes()) if o.name == "attention")
+    assert bool(decode.absorbed) and not bool(prompt.absorbed)
+    assert float(decode.flops) == pytest.approx(64 * 4097 * 2 * 128 * (512 + 64 + 512))   # 4,096 + 1 pairs each
+    cm = framework("cloudmatrix-infer").apply(hardware("cloudmatrix384")).per_die()
+    sg = framework("sglang-ascend").apply(hardware("ascend-910c")).per_die()
+    assert cm.efficiency.attention.mla_decode.value == 0.69 and sg.efficiency.attention.mla_decode is None
+
+    def rate(hw, op):
+        keys = float(op.keys)
+        return float(op.flops) / float(op_time(hw, op, DTypes()).compute_s) / 353.9e12 / (keys / (keys + 216))
+
+    assert rate(cm, decode) == pytest.approx(0.69)
+    assert rate(cm, prompt) == pytest.approx(0.50)
+    assert rate(sg, decode) == pytest.approx(0.50) and rate(sg, prompt) == pytest.approx(0.50)

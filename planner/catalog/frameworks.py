@@ -56,6 +56,8 @@ class Framework(Frozen):
     # the prefill attention plateau this engine's kernels reach, per hardware profile name (an
     # older engine runs an older kernel: 2023 vLLM has no FlashAttention-3 on H100)
     attention_prefill: dict[str, Fraction] = {}
+    # its absorbed-MLA decode kernel's compute plateau, per hardware profile name (Efficiency.attention.mla_decode)
+    attention_mla_decode: dict[str, Fraction] = {}
     memory_scale: Figure | None = None
     # a quantized format's GEMM throughput on this engine's path (activation quantization + GEMM +
     # dequantization) relative to the same GEMM in BF16: caps the profile's plateau of that format,
@@ -134,12 +136,16 @@ class Framework(Frozen):
         for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value
+        att: dict = {}
         attention = self.attention_prefill.get(hw.name) or self.attention_prefill.get(hw.base or "")
         if attention is not None:
-            update["attention"] = eff.attention.model_copy(update={"prefill": attention})
+            att["prefill"] = attention
         elif self.attention_scale is not None:
-            update["attention"] = eff.attention.model_copy(
-                update={"prefill": scaled(eff.attention.prefill, self.attention_scale)})
+            att["prefill"] = scaled(eff.attention.prefill, self.attention_scale)
+        if (mla := self.attention_mla_decode.get(hw.name) or self.attention_mla_decode.get(hw.base or "")) is not None:
+            att["mla_decode"] = mla
+        if att:
+            update["attention"] = eff.attention.model_copy(update=att)
         for field, scale in (("gemm", self.gemm_scale), ("memory", self.memory_scale),
                              ("scale_up", self.link_scale)):
             if scale is not None:

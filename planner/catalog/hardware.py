@@ -226,6 +226,10 @@ class AttentionKernels(Frozen):
     prefill: Fraction
     prefill_half_keys: Tokens
     decode_half_ctx: Tokens
+    # compute plateau of the absorbed-MLA kernel of decode and MTP-verify steps (attention in the
+    # 512+64-wide latent space: FlashMLA-class), where an engine measures it apart from its
+    # prefill kernel; None: the prefill plateau
+    mla_decode: Fraction | None = None
 
 
 class MemoryPolicy(Frozen):

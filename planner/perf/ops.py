@@ -174,6 +174,7 @@ class Op:
     imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
     grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
     linear: bool = False                      # linear-attention core (chunked delta rule / recurrent update)
+    absorbed: np.ndarray | bool = False       # MLA attending in the latent space (Efficiency.attention.mla_decode)
     bulk: np.ndarray | float = 0.0            # EP all-to-all: 1 where the step carries prompt tokens
     weight_dtype: DType | None = None         # GEMM weights kept in this format, not the step's (ModelSpec.unquantized)
 
@@ -325,7 +326,8 @@ def _mla(c: _Ctx, n: int) -> list[Op]:
                   * c.dt.act.bytes))
     ops.append(Op("attention", OpKind.attention, n, flops=np.where(prefill, mha, latent),
                   act_bytes=2 * T * heads * (dn + dr) * c.dt.act.bytes,
-                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes, keys=c.mean_keys))
+                  kv_bytes=c.b_loc * (ctx + 2 * q) * (r + dr) * c.dt.kv.bytes, keys=c.mean_keys,
+                  absorbed=np.logical_not(prefill)))
     ops.append(c.gemm("o_proj", n, heads * dv, h, kept=kept))
     ops.append(c.all_reduce("attn_all_reduce", n))
     return ops
@@ -634,7 +636,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
 
 
 OP_ARRAY_FIELDS = ("flops", "weight_bytes", "act_bytes", "kv_bytes", "comm_bytes", "group", "params", "keys",
-              "remote_bytes", "imbalance", "bulk")
+              "remote_bytes", "imbalance", "bulk", "absorbed")
 
 
 def _add_into(x, y):

@@ -181,6 +181,15 @@ def operand_dtype(op: Op, dtypes: DTypes) -> DType:
     return op.weight_dtype or dtypes.weight
 
 
+def attention_plateau(att, op: Op):
+    """Compute plateau of an attention operator's kernel: the absorbed-MLA (decode) kernel's where
+    the engine measured one apart and the operator attends in the latent space, else the prefill
+    (FlashAttention-class) kernel's."""
+    if att.mla_decode is None or not np.any(op.absorbed):
+        return att.prefill.value
+    return np.where(op.absorbed, att.mla_decode.value, att.prefill.value)
+
+
 def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     """Roofline time of one operator with the efficiencies that apply to its kind (see
     ``efficiency_of`` for which figure each one takes). Exact shortcuts only: a load factor of 1
@@ -197,7 +206,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
         keys = np.maximum(np.asarray(op.keys, dtype=float), 1.0)
         att = eff.attention
-        compute = flops / (peak * att.prefill.value * keys / (keys + att.prefill_half_keys.value))
+        compute = flops / (peak * attention_plateau(att, op) * keys / (keys + att.prefill_half_keys.value))
         memory = (weight + moved) / (bw * eff.memory.value * keys / (keys + att.decode_half_ctx.value))
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
@@ -304,7 +313,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
         att, keys = eff.attention, float(np.ravel(np.maximum(op.keys, 1))[0])
         if bound == "compute":
-            f = att.prefill.value * keys / (keys + att.prefill_half_keys.value)
+            latent = att.mla_decode is not None and bool(np.ravel(op.absorbed)[0])
+            f = float(np.ravel(attention_plateau(att, op))[0]) * keys / (keys + att.prefill_half_keys.value)
+            if latent:
+                return ideal, f"absorbed-MLA kernel {f:.0%} of peak at {keys:,.0f} keys/query", att.mla_decode.source
             return ideal, f"FlashAttention {f:.0%} of peak at {keys:,.0f} keys/query", att.prefill.source
         f = eff.memory.value * keys / (keys + att.decode_half_ctx.value)
         return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", att.decode_half_ctx.source
