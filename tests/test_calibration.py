@@ -147,7 +147,8 @@ def test_descent_fit_lands_on_the_grids_and_beats_its_start():
 
 def test_every_profile_with_an_attention_sweep_holds_its_fit():
     """Each bundled FlashAttention sweep (``<profile>-attention-*.csv``) fixes that profile's
-    prefill-attention plateau: H100 FA3 0.68 (half length fitted, 216 keys), AITER's assembly kernel
+    prefill-attention plateau: H100 FA3 0.68 (half length fitted, 216 keys), cuDNN SDPA on GB200 0.68
+    (433) and on GB300 0.86 (306: Blackwell Ultra doubles the exponential rate), AITER's assembly kernel
     on MI300X 0.47 (367 keys; MI325X, the same compute dies, holds it too) and MI355X 0.60 (636), the
     910B2's vendor kernel 0.39 and a 910C die's 0.50 (their sweeps start at 32K-60K keys, so they
     state the half length they keep, 216, instead of fitting it); each fit reproduces its sweep
@@ -155,8 +156,9 @@ def test_every_profile_with_an_attention_sweep_holds_its_fit():
     from planner.microbench import attention_sweeps
 
     fits = {f["hardware"]: f for f in attention_sweeps()}
-    assert set(fits) == {"h100-sxm", "mi300x", "mi355x", "ascend-910b", "ascend-910c"}
-    fits["mi325x"] = fits["mi300x"]
+    assert set(fits) == {"h100-sxm", "gb200-nvl72", "gb300-nvl72", "mi300x", "mi355x", "ascend-910b", "ascend-910c"}
+    # the same silicon holds its sibling's fit: MI325X MI300X's, B200 GB200's, B300 GB300's
+    fits.update(mi325x=fits["mi300x"], b200=fits["gb200-nvl72"], b300=fits["gb300-nvl72"])
     assert fits["h100-sxm"]["half_keys_fitted"] and not fits["ascend-910b"]["half_keys_fitted"]
     for name, sweep in fits.items():
         att = planner.hardware(name).efficiency.attention
@@ -164,6 +166,7 @@ def test_every_profile_with_an_attention_sweep_holds_its_fit():
         assert att.prefill.value == pytest.approx(sweep["plateau"], abs=0.005), name
         assert att.prefill_half_keys.value == pytest.approx(sweep["half_keys"], abs=2), name
     assert fits["ascend-910b"]["plateau"] == pytest.approx(139e12 / 353.9e12, rel=0.03)
+    assert fits["gb300-nvl72"]["plateau"] > 1.2 * fits["gb200-nvl72"]["plateau"]
 
 
 def test_calibrate_attention_prints_each_sweeps_fit(capsys):
