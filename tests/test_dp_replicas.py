@@ -309,3 +309,28 @@ def test_the_analytic_curve_charges_sglang_decodes_the_whole_prompt_iteration():
     lumpy = serving_curve(M, HW, lay, FP8, Engine(chunked_prefill=False, max_batched_tokens=4096), st,
                           power=False).tpot["mean"]
     assert np.allclose(tpot[False][0], lumpy[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("simulator", ["python", "auto"])
+def test_a_replicas_own_kv_pool_fills_and_preempts_its_own_newest(simulator):
+    """Each attention replica keeps its requests' KV in its own pool (the instance's free KV over
+    its 8 replicas), as SGLang and vLLM size one pool per data-parallel rank. Sixteen requests at
+    once, placed in turn: replica 0 holds requests 0 and 8, each 0.8 of a pool at full length, the
+    others short ones. Together they outgrow replica 0's pool while the instance holds 1.7 pools of
+    its 8: request 8, replica 0's newest, is preempted and recomputed after request 0 ends; the
+    other replicas' requests never wait."""
+    from planner.serving.simulate import kv_capacity
+
+    lay = Layout.of(1, 8, 1)
+    free, per_tok, state = kv_capacity(M, HW, lay, FP8)
+    pool_tokens = free / 8 / per_tok
+    half = int(0.4 * pool_tokens)
+    inp, out = np.full(16, 64), np.full(16, 8)
+    inp[[0, 8]], out[[0, 8]] = half, half
+    assert 2 * 2 * half + 14 * 72 < 2 * pool_tokens          # the instance-wide total would fit twice over
+    r = simulate(M, HW, lay, FP8, Engine(dp_balance="round_robin", simulator=simulator), np.zeros(16), inp, out,
+                 warmup_frac=0.0)
+    assert r.preemptions >= 1
+    assert r.e2e_s[8] > r.e2e_s[0]                            # it finished after the one it gave way to
+    short = np.r_[1:8, 9:16]
+    assert r.e2e_s[short].max() < r.e2e_s[0] / 2             # the other replicas went on

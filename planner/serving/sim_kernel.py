@@ -171,6 +171,20 @@ def decode_steps(least: float, to_arrival_s: float, tau: float, kv_room: float, 
     return max(1, min(horizon, room))
 
 
+def pool_room(kv_used, pool_bytes: float, per_tok: float, rate, run_id, run_tps, rank_of, n_run: int) -> float:
+    """Decode iterations until the first KV pool fills (``simulate.kv_room``): each pool's free
+    bytes over what its sequences add per iteration, their tokens summed in batch order into
+    ``rate`` (scratch, one slot per pool)."""
+    rate[:] = 0.0
+    for q in range(n_run):
+        rate[rank_of[run_id[q]]] += run_tps[q]
+    room = math.inf
+    for j in range(len(kv_used)):
+        if rate[j] > 0:
+            room = min(room, float(int((pool_bytes - kv_used[j]) // (rate[j] * per_tok))))
+    return room
+
+
 def ring_remove(wq, head: int, cap: int, start: int, r: int) -> int:
     """Remove ``r`` (at or after position ``start``) from the ring ``wq``: the entries before it
     move one place back; returns the new head."""
@@ -203,7 +217,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     order (the newest is preempted first). ``tps``: tokens each request gains per decode iteration.
     ``ranks`` attention replicas (``simulate.Replicas``): the step is looked up at the busiest one's
     skew, between ``t_grid`` (skew 1) and ``t2_grid`` (skew ``skew_hi``); ``delay_passes``: hold the
-    prompts while only some replicas have one, at most that many passes in a row (PrefillDelayer)."""
+    prompts while only some replicas have one, at most that many passes in a row (PrefillDelayer).
+    Each replica keeps its requests' KV in a pool of ``kv_free / ranks`` (``simulate``'s reference
+    loop: a full pool holds its replica's queue and gives up its own newest sequence)."""
     if t2_grid is None:
         t2_grid, w2_grid = t_grid, w_grid
     n = len(arr)
@@ -249,7 +265,12 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
     ch_id = np.empty(cap, np.int64)            # this iteration's prompt chunk
     ch_take = np.empty(cap, np.int64)
     n_run = 0
-    ctx_sum, kv_used, tps_sum = 0.0, 0.0, 0.0     # running sums over the batch
+    ctx_sum, tps_sum = 0.0, 0.0                # running sums over the batch
+    pools = max(ranks, 1)                      # KV pools: one per attention replica
+    pool_bytes = kv_free / pools
+    kv_used = np.zeros(pools)                  # bytes held in each pool
+    pool_full = np.zeros(pools, np.bool_)      # pools that could not admit their next request
+    pool_gain = np.zeros(pools)                # tokens each pool's sequences gain per iteration
     now, nxt, energy, preemptions, iters, finished = 0.0, 0, 0.0, 0, 0, 0
     while finished < n:
         while nxt < n and arr[nxt] <= now:
@@ -263,9 +284,9 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
             while count > 0 and remaining[wq[head]] == 0 and n_run < max_seqs:
                 r = wq[head]
                 need = held(r, full_in, out, generated, reserve_all, per_tok, state)
-                if kv_used + need > kv_free:
+                if kv_used[rank_of[r]] + need > pool_bytes:
                     break
-                kv_used += need
+                kv_used[rank_of[r]] += need
                 admitted[r] = True
                 if ranks > 1:
                     active[rank_of[r]] += 1
@@ -304,6 +325,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         n_ch, seqs, p_tokens = 0, n_dec, 0
         if ranks > 1:
             unspent[:] = share
+            pool_full[:] = False
         for p in range(0 if held_back else count):
             r = wq[(head + p) % cap]
             if budget <= 0 or seqs >= max_seqs or remaining[r] == 0:
@@ -314,9 +336,13 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 if ranks > 1 and active[rank_of[r]] >= per_rank:
                     continue                   # its replica is full: it waits there, the others go on
                 need = held(r, full_in, out, generated, reserve_all, per_tok, state)
-                if kv_used + need > kv_free:
+                j = rank_of[r]
+                if pools > 1 and (pool_full[j] or kv_used[j] + need > pool_bytes):
+                    pool_full[j] = True        # its replica's queue waits for KV space (FCFS there)
+                    continue
+                if kv_used[j] + need > pool_bytes:
                     break                      # admission waits for KV space (FCFS)
-                kv_used += need
+                kv_used[j] += need
                 admitted[r] = True
                 if ranks > 1:
                     active[rank_of[r]] += 1
@@ -375,8 +401,15 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                                            ctx_mean, float(p_tokens), skew)
             if p_tokens == 0:
                 # fast-forward identical decode-only iterations up to the next event
-                steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, kv_free - kv_used,
-                                     tps_sum * per_tok, reserve_all)
+                if pools == 1:
+                    steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau,
+                                         pool_bytes - kv_used[0], tps_sum * per_tok, reserve_all)
+                else:
+                    fills = per_tok > 0 and not reserve_all
+                    room = pool_room(kv_used, pool_bytes, per_tok, pool_gain, run_id, run_tps, rank_of, n_run) \
+                        if fills else 0.0
+                    steps = decode_steps(least / unit, arr[nxt] - now if nxt < n else math.inf, tau, room,
+                                         1.0 if fills else 0.0, reserve_all)
                 if held_back:                  # no further than the passes the prompts may still be held
                     steps = min(steps, delay_passes - 1 - delayed)
                 if steps > 1 and skew == 1.0:
@@ -396,6 +429,11 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
         # ---- decode progress ----
         n_pre = 0                               # requests preempted in this iteration
         gained = tps_sum                        # tokens the batch gains per step
+        if n_dec and not prefill_only and pools > 1 and not reserve_all:
+            pool_gain[:] = 0.0                  # each pool's share, summed in batch order
+            for q in range(n_run):
+                j = rank_of[run_id[q]]
+                pool_gain[j] += 0.0 if paused and busy[j] else run_tps[q]
         if n_dec and not prefill_only:
             n_fin, m = 0, 0
             if uniform and not paused and least - steps * unit > 1e-9:   # nobody ends (x - gain is monotone in x)
@@ -455,13 +493,16 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                     least *= unit
             n_run = m
             ctx_sum += steps * gained
-            if not reserve_all:
-                kv_used += gained * per_tok * steps
+            if not reserve_all and pools == 1:
+                kv_used[0] += gained * per_tok * steps
+            elif not reserve_all:
+                for j in range(pools):
+                    kv_used[j] += pool_gain[j] * per_tok * steps
             if n_fin:
                 for q in range(n_fin):
                     r = fin_id[q]
                     done[r] = now
-                    kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
+                    kv_used[rank_of[r]] -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                     if ranks > 1:
                         decoding[rank_of[r]] -= 1
                         active[rank_of[r]] -= 1
@@ -469,10 +510,20 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 finished += n_fin
                 ctx_sum -= pairwise_sum(buf, 0, n_fin)
                 tps_sum -= pairwise_sum(fin_tps, 0, n_fin)
-            while kv_used > kv_free and n_run:  # preempt the newest, recompute later
-                r = run_id[n_run - 1]
-                generated[r] = run_gen[n_run - 1]
-                kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
+            while True:                         # a pool over its bytes gives up its newest sequence
+                over = False
+                for j in range(pools):
+                    over = over or kv_used[j] > pool_bytes
+                if not over:
+                    break
+                k = n_run - 1
+                while k >= 0 and kv_used[rank_of[run_id[k]]] <= pool_bytes:
+                    k -= 1
+                if k < 0:
+                    break
+                r = run_id[k]
+                generated[r] = run_gen[k]
+                kv_used[rank_of[r]] -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                 if ranks > 1:
                     decoding[rank_of[r]] -= 1
                     active[rank_of[r]] -= 1
@@ -481,8 +532,11 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 head = (head - 1) % cap
                 wq[head] = r
                 count += 1
-                ctx_sum -= run_ctx[n_run - 1]
-                tps_sum -= run_tps[n_run - 1]
+                ctx_sum -= run_ctx[k]
+                tps_sum -= run_tps[k]
+                for q in range(k, n_run - 1):   # recompute it later; the batch keeps its order
+                    run_id[q], run_left[q], run_ctx[q] = run_id[q + 1], run_left[q + 1], run_ctx[q + 1]
+                    run_gen[q], run_tps[q] = run_gen[q + 1], run_tps[q + 1]
                 n_run -= 1
                 preemptions += 1
                 n_pre += 1
@@ -504,7 +558,7 @@ def instance(arr, need_prefill, full_in, out, prefilled: bool, budget_total: int
                 left = out[r] - generated[r]
                 if left <= 0:
                     done[r] = now
-                    kv_used -= held(r, full_in, out, generated, reserve_all, per_tok, state)
+                    kv_used[rank_of[r]] -= held(r, full_in, out, generated, reserve_all, per_tok, state)
                     if ranks > 1:
                         active[rank_of[r]] -= 1
                         placed[rank_of[r]] -= 1
@@ -655,7 +709,7 @@ def jsq_token(ready_s, output_tokens, step_s, where):
 # ---------------------------------------------------------------------------------------------------
 # selection and compilation
 
-_HELPERS = (cell, interp, lookup, lookup_skewed, place, skew_of, block_sum, pairwise_sum, held, decode_steps,
+_HELPERS = (cell, interp, lookup, lookup_skewed, place, skew_of, block_sum, pairwise_sum, held, decode_steps, pool_room,
             ring_remove, batch_append, heap_push, heap_pop, better, tree_update)
 _KERNELS = {"instance": instance, "fcfs": fcfs, "jsq_prompt": jsq_prompt, "jsq_token": jsq_token}
 _compiled: dict[str, object] = {}

@@ -196,6 +196,20 @@ def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     return float(np.ravel(free_dev)[0]) * dp, per_tok, state
 
 
+def check_longest_fits(input_len: np.ndarray, output_len: np.ndarray, free: float, per_tok: float, state: float,
+                       pools: int, where: str) -> None:
+    """A request's whole KV lives in one pool (its attention replica's, with data parallelism): the
+    longest request must fit in ``free / pools`` bytes, or it could never be admitted."""
+    longest = int(np.max(input_len + output_len))
+    need, room = longest * per_tok + state, max(free, 0) / pools
+    if need > room:
+        replica = f" per attention replica ({pools} of them)" if pools > 1 else ""
+        raise InfeasibleError(
+            f"a request of {longest} tokens needs {need / 1e9:.2f} GB of KV cache but {where} has {room / 1e9:.2f} GB "
+            f"free after weights{replica}; use more devices per instance{' or fewer replicas' if pools > 1 else ''}, "
+            f"fp8 weights or KV, or cap the request length")
+
+
 def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
              arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, *, instances: int = 1,
              prefix_hit: float | np.ndarray = 0.0, seed: int = 0, warmup_frac: float = 0.1,
@@ -208,12 +222,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     route = rng.integers(0, instances, len(arrival_s))
     tps = request_tokens_per_step(engine, len(arrival_s), seed)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
-    longest = int(np.max(input_len + output_len))
-    if longest * per_tok + state > free:
-        raise InfeasibleError(
-            f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV cache but the "
-            f"instance has {max(free, 0) / 1e9:.2f} GB free after weights; use more devices per instance, fp8 "
-            f"weights or KV, or cap the request length")
+    check_longest_fits(input_len, output_len, free, per_tok, state, dp_ranks(hw, lay), "the instance")
     if table is None:
         table = IterationTable.for_requests(model, hw, lay, dtypes, engine, input_len, output_len)
     devices = int(np.ravel(lay.devices)[0])
@@ -293,7 +302,10 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     machine) and join the decode batch once their KV fits; preempted ones are recomputed here.
     ``load_s``: per request, the load of its hits from slower KV tiers, layer by layer in the
     iteration that starts its prompt (``exposed_prefill_s``: the iteration waits for it).
-    ``tps``: tokens each request (local index) gains per decode iteration; default 1."""
+    ``tps``: tokens each request (local index) gains per decode iteration; default 1.
+    With attention replicas each keeps its own requests' KV in a pool of its own, ``kv_free`` /
+    replicas (SGLang and vLLM size one KV pool per data-parallel rank): a replica whose pool is full
+    holds its own queue and preempts its own newest sequence while the others go on."""
     (max_seqs, budget_total), chunked = engine.instance_limits(dp), engine.chunked_prefill
     mixed = engine.mixed_prefill
     reserve_all = engine.kv_reservation == "full_length"
@@ -314,12 +326,15 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
     run_ctx = np.empty(0, dtype=np.float64)
     ctx_sum = 0.0
     tps_sum = 0.0                          # tokens the batch gains per decode iteration
-    kv_used = 0.0
     generated = np.full(len(ids), 1 if prefilled else 0, dtype=np.float64)
     admitted = np.zeros(len(ids), dtype=bool)
     rep = Replicas(table.dp_ranks, len(ids), engine.dp_balance == "round_robin", max_seqs)
     share = replica_budget(budget_total, rep.ranks)
     placed, active, decoding = rep.placed, rep.active, rep.decoding
+    pools = rep.ranks                      # KV pools: one per attention replica, one without
+    pool_bytes = kv_free / pools
+    kv_used = [0.0] * pools                # bytes held in each pool
+    pool_of = np.zeros(len(ids), dtype=np.int64)   # each request's pool (its replica)
 
     def held(r: int) -> float:
         """KV bytes request ``r`` holds now (all it will ever need, if reserved at admission)."""
@@ -334,15 +349,16 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         while nxt < n_total and arr[nxt] <= now:
             waiting.append(nxt)
             rep.place(nxt)
+            pool_of[nxt] = rep.of[nxt]
             nxt += 1
         if prefilled:                      # transferred requests join the decode batch as KV allows
             joined = []
             while waiting and remaining_prefill[waiting[0]] == 0 and len(run_id) + len(joined) < max_seqs:
                 r = waiting[0]
                 need = held(r)
-                if kv_used + need > kv_free:
+                if kv_used[pool_of[r]] + need > pool_bytes:
                     break
-                kv_used += need
+                kv_used[pool_of[r]] += need
                 admitted[r] = True
                 active[rep.of[r]] += 1
                 decoding[rep.of[r]] += 1
@@ -374,6 +390,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
         chunk: list[tuple[int, int]] = []
         seqs = n_dec
         unspent = [share] * rep.ranks if rep.ranks > 1 else None   # each replica's share of the budget
+        full: set[int] = set()                     # pools that could not admit their next request
         for r in waiting if not held_back else ():
             if budget <= 0 or seqs >= max_seqs or remaining_prefill[r] == 0:
                 break
@@ -383,9 +400,13 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 if rep.ranks > 1 and active[rep.of[r]] >= rep.per_rank:
                     continue                       # its replica is full: it waits there, the others go on
                 need = held(r)
-                if kv_used + need > kv_free:
+                j = pool_of[r]
+                if pools > 1 and (j in full or kv_used[j] + need > pool_bytes):
+                    full.add(j)                    # its replica's queue waits for KV space (FCFS there)
+                    continue
+                if kv_used[j] + need > pool_bytes:
                     break                          # admission waits for KV space (FCFS)
-                kv_used += need
+                kv_used[j] += need
                 admitted[r] = True
                 active[rep.of[r]] += 1
             take = int(min(remaining_prefill[r], budget))
@@ -426,8 +447,8 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 horizon = max(1, math.ceil(float((run_left / tps[run_id]).min()) - 1e-9))
                 if nxt < n_total:
                     horizon = min(horizon, max(1, int(np.ceil((arr[nxt] - now) / tau))))
-                room = (int((kv_free - kv_used) // (tps_sum * per_tok)) if per_tok > 0 and not reserve_all
-                        else horizon)
+                room = kv_room(kv_used, pool_bytes, tps_sum, per_tok, pool_of[run_id], tps[run_id]) \
+                    if per_tok > 0 and not reserve_all else horizon
                 steps = max(1, min(horizon, room))
                 if held_back:               # no further than the passes the prompts may still be held
                     steps = min(steps, delay_passes - 1 - delayed)
@@ -450,13 +471,16 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             run_ctx += gain
             ctx_sum += steps * gained
             generated[run_id] += gain
-            if not reserve_all:
-                kv_used += gained * per_tok * steps
+            if not reserve_all and pools == 1:
+                kv_used[0] += gained * per_tok * steps
+            elif not reserve_all:
+                for j, g in enumerate(np.bincount(pool_of[run_id], weights=run_tps, minlength=pools)):
+                    kv_used[j] += g * per_tok * steps
             fin = run_left <= 1e-9
             if fin.any():
                 for r in run_id[fin]:
                     done[ids[r]] = now
-                    kv_used -= held(r)
+                    kv_used[pool_of[r]] -= held(r)
                     decoding[rep.of[r]] -= 1
                     active[rep.of[r]] -= 1
                     placed[rep.of[r]] -= 1
@@ -465,17 +489,18 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 ctx_sum -= float(run_ctx[fin].sum())
                 tps_sum -= float(tps[run_id[fin]].sum())
                 run_id, run_left, run_ctx = run_id[keep], run_left[keep], run_ctx[keep]
-            while kv_used > kv_free and len(run_id):          # preempt the newest, recompute later
-                r = int(run_id[-1])
-                kv_used -= held(r)
+            while (k := newest_over(kv_used, pool_bytes, pool_of[run_id])) >= 0:
+                r = int(run_id[k])                 # its pool's newest sequence: preempted, recomputed later
+                kv_used[pool_of[r]] -= held(r)
                 decoding[rep.of[r]] -= 1
                 active[rep.of[r]] -= 1
                 admitted[r] = False
                 remaining_prefill[r] = need_prefill[r] + round(generated[r])
                 waiting.appendleft(r)
-                ctx_sum -= float(run_ctx[-1])
+                ctx_sum -= float(run_ctx[k])
                 tps_sum -= float(tps[r])
-                run_id, run_left, run_ctx = run_id[:-1], run_left[:-1], run_ctx[:-1]
+                keep = np.arange(len(run_id)) != k
+                run_id, run_left, run_ctx = run_id[keep], run_left[keep], run_ctx[keep]
                 preemptions += 1
         # ---- prefill progress ----
         new_ids, new_left, new_ctx = [], [], []
@@ -489,7 +514,7 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
                 left = out[r] - generated[r]
                 if left <= 0:
                     done[ids[r]] = now
-                    kv_used -= held(r)
+                    kv_used[pool_of[r]] -= held(r)
                     active[rep.of[r]] -= 1
                     placed[rep.of[r]] -= 1
                     finished += 1
@@ -505,6 +530,28 @@ def _run_instance_python(ids, arrival_s, input_len, output_len, prefix_hit, engi
             ctx_sum += float(sum(new_ctx))
             tps_sum += float(sum(tps[new_ids].tolist()))
     return energy, preemptions, iters, now
+
+
+def kv_room(kv_used: list[float], pool_bytes: float, tps_sum: float, per_tok: float, run_pool: np.ndarray,
+            run_tps: np.ndarray) -> int:
+    """Decode iterations until the first KV pool fills: each pool's free bytes over what its running
+    sequences add per iteration (``run_pool``, ``run_tps``: each one's pool and tokens per
+    iteration; one pool: the batch's ``tps_sum``)."""
+    if len(kv_used) == 1:
+        return int((pool_bytes - kv_used[0]) // (tps_sum * per_tok))
+    rate = np.bincount(run_pool, weights=run_tps, minlength=len(kv_used))
+    return min(int((pool_bytes - kv_used[j]) // (rate[j] * per_tok)) for j in range(len(kv_used)) if rate[j] > 0)
+
+
+def newest_over(kv_used: list[float], pool_bytes: float, run_pool: np.ndarray) -> int:
+    """Index in the running batch (admission order) of the newest sequence of a pool over its
+    bytes, or -1 when no pool is over or an over-full pool has no decoding sequence to give up
+    (its prompts in flight hold the bytes)."""
+    over = [j for j in range(len(kv_used)) if kv_used[j] > pool_bytes]
+    if not over:
+        return -1
+    hits = np.flatnonzero(np.isin(run_pool, over))
+    return int(hits[-1]) if len(hits) else -1
 
 
 def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layout, int],
@@ -557,10 +604,7 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
     """Token instances (taken in turn as KV caches arrive) decode requests whose first token was made
     elsewhere at ``first_token`` and whose KV is in place at ``ready``."""
     free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes, engine.speculation)
-    longest = int(np.max(input_len + output_len))
-    if longest * per_tok + state > free_kv:
-        raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
-                              f"cache but a token instance has {max(free_kv, 0) / 1e9:.2f} GB free")
+    check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp_ranks(thw, tlay), "a token instance")
     dp = dp_ranks(thw, tlay)
     table = IterationTable.for_requests(model, thw, tlay, dtypes, engine, input_len, output_len)
     by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)
