@@ -19,12 +19,14 @@ from planner.catalog.dtypes import DType
 from planner.catalog.hardware import hardware, microbenchmarks_dir, sweep_columns
 
 
-def _harness_floor_s(path: Path) -> float:
-    """The ``# harness_floor_us: X`` a sweep file states (0 if none)."""
+def _stated(path: Path, key: str) -> float | None:
+    """The number a sweep file states in a ``# key: X (why)`` comment line, if it states one
+    (``harness_floor_us``: its harness's per-call floor; ``half_keys``: the attention half length
+    a sweep of long sequences cannot fix)."""
     for line in path.read_text().splitlines():
-        if line.startswith("# harness_floor_us:"):
-            return float(line.split(":", 1)[1].split()[0]) * 1e-6
-    return 0.0
+        if line.startswith(f"# {key}:"):
+            return float(line.split(":", 1)[1].split()[0])
+    return None
 
 
 def gemm_sweep(path: Path) -> dict:
@@ -40,7 +42,8 @@ def gemm_sweep(path: Path) -> dict:
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
-    scored = flops / (measured * 1e12) > 1.1 * _harness_floor_s(path)
+    floor_s = (_stated(path, "harness_floor_us") or 0.0) * 1e-6
+    scored = flops / (measured * 1e12) > 1.1 * floor_s
     err = np.abs(predicted / measured - 1.0)[scored]
     return {"hardware": profile, "dtype": dtype, "shapes": int(scored.sum()), "floor_bound": int((~scored).sum()),
             "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
@@ -82,15 +85,6 @@ def allreduce_sweeps() -> list[dict]:
     return [allreduce_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-allreduce*-nccl.csv"))]
 
 
-def _stated_half_keys(path: Path) -> float | None:
-    """The ``# half_keys: X`` a sweep file states (with its reason) when its lengths cannot fix
-    the half length: a sweep of long sequences only sees the plateau."""
-    for line in path.read_text().splitlines():
-        if line.startswith("# half_keys:"):
-            return float(line.split(":", 1)[1].split()[0])
-    return None
-
-
 def attention_sweep(path: Path | None = None) -> dict:
     """Fit Hockney's form ``r(L) = r_inf L / (L + L_half)`` to a FlashAttention sequence-length
     sweep (``<profile>-attention-*.csv``: seq_len, tflops): the plateau fraction of one die's BF16
@@ -101,7 +95,7 @@ def attention_sweep(path: Path | None = None) -> dict:
     length, tflops = sweep_columns(path)
     rate = tflops * 1e12
     hw = hardware(path.name.split("-attention-")[0])
-    stated = _stated_half_keys(path)
+    stated = _stated(path, "half_keys")
     best = None
     for half in np.arange(1.0, 2048.0, 1.0) if stated is None else (stated,):
         x = length / (length + half)

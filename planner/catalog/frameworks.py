@@ -136,13 +136,15 @@ class Framework(Frozen):
         for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value
+        def for_profile(by_name: dict[str, Fraction]) -> Fraction | None:
+            return by_name.get(hw.name) or by_name.get(hw.base or "")   # a profile, else the one it derives from
+
         att: dict = {}
-        attention = self.attention_prefill.get(hw.name) or self.attention_prefill.get(hw.base or "")
-        if attention is not None:
+        if (attention := for_profile(self.attention_prefill)) is not None:
             att["prefill"] = attention
         elif self.attention_scale is not None:
             att["prefill"] = scaled(eff.attention.prefill, self.attention_scale)
-        if (mla := self.attention_mla_decode.get(hw.name) or self.attention_mla_decode.get(hw.base or "")) is not None:
+        if (mla := for_profile(self.attention_mla_decode)) is not None:
             att["mla_decode"] = mla
         if att:
             update["attention"] = eff.attention.model_copy(update=att)

@@ -313,11 +313,11 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
         att, keys = eff.attention, float(np.ravel(np.maximum(op.keys, 1))[0])
         if bound == "compute":
-            latent = att.mla_decode is not None and bool(np.ravel(op.absorbed)[0])
-            f = float(np.ravel(attention_plateau(att, op))[0]) * keys / (keys + att.prefill_half_keys.value)
-            if latent:
-                return ideal, f"absorbed-MLA kernel {f:.0%} of peak at {keys:,.0f} keys/query", att.mla_decode.source
-            return ideal, f"FlashAttention {f:.0%} of peak at {keys:,.0f} keys/query", att.prefill.source
+            latent = att.mla_decode is not None and bool(np.ravel(op.absorbed)[0])   # as attention_plateau
+            kernel = att.mla_decode if latent else att.prefill
+            f = kernel.value * keys / (keys + att.prefill_half_keys.value)
+            name = "absorbed-MLA kernel" if latent else "FlashAttention"
+            return ideal, f"{name} {f:.0%} of peak at {keys:,.0f} keys/query", kernel.source
         f = eff.memory.value * keys / (keys + att.decode_half_ctx.value)
         return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", att.decode_half_ctx.source
     skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
