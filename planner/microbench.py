@@ -30,13 +30,15 @@ def _stated(path: Path, key: str) -> float | None:
 
 
 def gemm_sweep(path: Path) -> dict:
-    """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``
-    with columns m, n, k, tflops), each shape timed by ``op_time`` as one kernel. Shapes whose
-    measured time is within 10% of the file's stated harness floor are not scored."""
+    """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``,
+    or ``<profile>-gemm-<dtype>-<label>.csv`` for a second source of the same format, with columns
+    m, n, k, tflops), each shape timed by ``op_time`` as one kernel. Shapes whose measured time is
+    within 10% of the file's stated harness floor are not scored."""
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
 
     profile, _, dtype = path.stem.partition("-gemm-")
+    dtype, _, label = dtype.partition("-")
     hw, dt = hardware(profile), DType(dtype)
     m, n, k, measured = sweep_columns(path)
     flops = 2.0 * m * n * k
@@ -45,7 +47,8 @@ def gemm_sweep(path: Path) -> dict:
     floor_s = (_stated(path, "harness_floor_us") or 0.0) * 1e-6
     scored = flops / (measured * 1e12) > 1.1 * floor_s
     err = np.abs(predicted / measured - 1.0)[scored]
-    return {"hardware": profile, "dtype": dtype, "shapes": int(scored.sum()), "floor_bound": int((~scored).sum()),
+    return {"hardware": profile, "dtype": dtype, "label": label, "shapes": int(scored.sum()),
+            "floor_bound": int((~scored).sum()),
             "median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
             "predicted_tflops": predicted, "measured_tflops": measured}
 

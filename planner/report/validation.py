@@ -38,7 +38,8 @@ def print_validation(result: dict) -> None:
         for col in ("hardware", "dtype", "shapes", "median", "P90", "harness-floor shapes (not scored)"):
             g.add_column(col)
         for m in result["microbenchmarks"]:
-            g.add_row(m["hardware"], m["dtype"], str(m["shapes"]), f"{100 * m['median_abs_rel_error']:.1f}%",
+            fmt = "-".join(filter(None, (m["dtype"], m.get("label"))))    # a second source of a format: its label
+            g.add_row(m["hardware"], fmt, str(m["shapes"]), f"{100 * m['median_abs_rel_error']:.1f}%",
                       f"{100 * m['p90_abs_rel_error']:.1f}%", str(m.get("floor_bound", 0)))
         out.print(g)
     if result.get("collectives"):
