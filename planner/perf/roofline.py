@@ -104,13 +104,17 @@ class StepTime:
     """A whole forward step through all layers of the model (all pipeline stages in sequence).
     ``overhead_s`` is the engine's host time of the step (fixed + per running sequence). With
     ``overlap`` (two micro-batches, DeepSeek/SGLang two-batch overlap, CloudMatrix microbatch
-    pipelining) the EP all-to-alls of one micro-batch run under the other's compute, so the layers
-    take ``max(compute + s x all-to-all, all-to-all)``, where ``s`` is the share of compute units the
-    communication kernels occupy while they run (DeepEP normal kernels: 24 of 132 SMs) - and every
-    kernel and every collective now runs twice on
-    half the tokens, so their fixed latencies count twice. That is why overlap pays in prefill
-    (bandwidth-bound dispatch, +23-31% on CloudMatrix384) and little in decode (latency-bound,
-    +6-9%: cm384_paper)."""
+    pipelining) the EP all-to-alls of one micro-batch run under the other's compute, and the
+    communication kernels take a share ``s`` of the compute units (DeepEP: 24 of 132 SMs). Steps
+    with prompt tokens run the throughput kernels, which spin on their SMs until the other ranks'
+    data arrives, so they hold them through the whole overlapped window and compute runs on the
+    rest: ``max(compute / (1 - s), all-to-all)`` (DeepSeek's H800 prefill trace: DeepEP resident
+    ~94% of each micro-batch's compute, expert GEMMs at 84% / 74% of DeepGEMM's full-chip rate,
+    108 / 132 = 82%). Decode steps' low-latency kernels only hold SMs while they move data:
+    ``max(compute + s x all-to-all, all-to-all)``. Every kernel and every collective now runs
+    twice on half the tokens, so their fixed latencies count twice. That is why overlap pays in
+    prefill (bandwidth-bound dispatch, +23-31% on CloudMatrix384) and little in decode
+    (latency-bound, +6-9%: cm384_paper)."""
 
     ops: list[OpTime]
     overhead_s: np.ndarray | float
@@ -121,10 +125,17 @@ class StepTime:
     def layers_s(self) -> np.ndarray:
         if not self.overlap:
             return _total(t.time_s for t in self.ops)
-        a2a = sum((t.time_s + t.op.count * t.alpha_s for t in self.ops if t.op.kind is OpKind.all_to_all), 0.0)
+        a2as = [t for t in self.ops if t.op.kind is OpKind.all_to_all]
+        a2a = sum((t.time_s + t.op.count * t.alpha_s for t in a2as), 0.0)
         rest = sum((t.time_s + t.op.count * (t.fixed_s + t.alpha_s)
                     for t in self.ops if t.op.kind is not OpKind.all_to_all), 0.0)
-        return np.maximum(rest + self.comm_share * a2a, a2a)
+        share = self.comm_share
+        transient = rest + share * a2a           # kernels that hold their compute units only while moving data
+        bulk = [t.op.bulk for t in a2as if not scalar_zero(t.op.bulk)]
+        if bulk and share:                        # prompt steps' spinning kernels: resident throughout
+            resident = (np.asarray(bulk[0]) > 0) & (np.asarray(a2a) > 0)     # (a row without EP sends nothing)
+            transient = np.where(resident, rest / (1.0 - share), transient)
+        return np.maximum(transient, a2a)
 
     @cached_property
     def total_s(self) -> np.ndarray:
