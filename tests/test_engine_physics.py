@@ -99,7 +99,7 @@ def test_an_all_to_all_across_domains_never_costs_less_than_inside_one(name):
 
 def test_overlap_hides_dispatch_in_prefill_but_not_below_the_compute_time():
     """With two-micro-batch overlap a prompt step is max(compute / (1 - s), a2a): never faster than
-    its compute alone, and faster than compute + a2a whenever the all-to-all is the larger share."""
+    its compute alone, and faster than compute + a2a whenever a2a exceeds s / (1 - s) of the compute."""
     m = planner.model("deepseek-v3")
     kw = dict(tp=1, ep=32, batch=128, input_len=4096, output_len=2, weight_dtype="fp8")
     on = with_framework(hardware("h800"), "sglang")
