@@ -185,3 +185,19 @@ def test_looser_slo_never_costs_more(ttft, tpot, loosen):
     tight = SLO(ttft_s=Target(p90=ttft), tpot_s=Target(p90=tpot))
     loose = SLO(ttft_s=Target(p90=ttft * loosen), tpot_s=Target(p90=tpot * loosen))
     assert _cheapest(CHAT, loose).usd_per_h <= _cheapest(CHAT, tight).usd_per_h * (1 + 1e-9)
+
+
+def test_load_points_read_the_rising_branch_of_the_curve():
+    # Past its largest rate a curve turns back (the KV pool or the prefill server saturates: more
+    # sequences in flight serve fewer requests per second), so one rate has two points. A load point
+    # reads the rising one; it used to interpolate over the whole grid and, with the last point's
+    # rate below the chosen one, answered NaN for TPOT and the decode batch of an SLO-bound load.
+    from types import SimpleNamespace
+
+    from planner.serving.queueing import at_rates
+
+    curve = SimpleNamespace(rate=np.array([[1.0, 2.0, 3.0, 2.5, 1.0]]))
+    values = np.array([[10.0, 20.0, 30.0, 40.0, 50.0]])
+    got = at_rates(curve, values, np.array([1.5, 2.75, 3.0, 3.5]))
+    assert got[:3] == pytest.approx([15.0, 27.5, 30.0])
+    assert np.isnan(got[3])

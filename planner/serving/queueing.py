@@ -386,9 +386,14 @@ def multi_server_wait(rate, servers, mean_service, service_scv, arrival_scv=1.0)
 
 def at_rates(curve: Curve, values: np.ndarray, rates) -> np.ndarray:
     """``values`` of a one-candidate curve at many per-instance ``rates`` (linear in rate; NaN
-    beyond the curve's largest rate; rates lighter than one decoding sequence take the n=1 point)."""
+    beyond the curve's largest rate; rates lighter than one decoding sequence take the n=1 point).
+    Only the rising branch is read: past the largest rate, more sequences in flight serve fewer
+    requests per second (the KV pool or the prefill server saturates), so the same rate would map
+    to two points."""
     r, v = curve.rate[0], values[0]
     keep = np.isfinite(r) & np.isfinite(v)
+    if keep.any():
+        keep[int(np.argmax(np.where(np.isfinite(r), r, -np.inf))) + 1:] = False
     r, v = r[keep], v[keep]
     rates = np.asarray(rates, dtype=float)
     if r.size == 0:
