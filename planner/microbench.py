@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import _frameworks, framework
 from planner.catalog.hardware import hardware, microbenchmarks_dir, sweep_columns
 
 
@@ -32,7 +33,8 @@ def _stated(path: Path, key: str) -> float | None:
 def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``,
     or ``<profile>-gemm-<dtype>-<label>.csv`` for a second source of the same format, with columns
-    m, n, k, tflops), each shape timed by ``op_time`` as one kernel. Shapes whose measured time is
+    m, n, k, tflops), each shape timed by ``op_time`` as one kernel; a label that names a framework
+    entry (``b200-gemm-fp4-vllm.csv``) replays the shapes through that entry. Shapes whose measured time is
     within 10% of the file's stated harness floor are not scored."""
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
@@ -40,6 +42,8 @@ def gemm_sweep(path: Path) -> dict:
     profile, _, dtype = path.stem.partition("-gemm-")
     dtype, _, label = dtype.partition("-")
     hw, dt = hardware(profile), DType(dtype)
+    if label in _frameworks():      # the sweep timed that engine's path: replay it as the engine sees the chip
+        hw = framework(label).apply(hw)
     m, n, k, measured = sweep_columns(path)
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)

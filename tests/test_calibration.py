@@ -73,6 +73,26 @@ def test_fp8_and_other_gemm_sweeps():
     # torch.matmul's host time per call is in the harness's figure, not the kernel's)
     asc = sweeps[("ascend-910b", "bf16")]
     assert asc["median_abs_rel_error"] <= 0.10 and asc["shapes"] == 5
+    # B200 NVFP4, operands pre-quantized (torchao's cuBLASLt sweep, 1024^3-8192^3): the plateau (0.58)
+    # sits between the two largest shapes (0.61 / 0.60); the five smaller land at a median 8%
+    assert sweeps[("b200", "fp4")]["median_abs_rel_error"] <= 0.10
+
+
+def test_an_engines_fp4_path_is_replayed_through_its_entry():
+    # vLLM's NVFP4 sweep on B200 times its activation-quantization kernel with the GEMM (3,039 TFLOP/s
+    # at M 16,384 against 1,360-1,421 for BF16 at the same shape): a sweep labelled with an engine
+    # replays through that entry, whose FP4 cap (2.2x its BF16 rate) it checks; TensorRT-LLM's C++
+    # engines fuse the quantization into the norm before the GEMM and keep the profile's GEMM-only
+    # plateau. By hand: 0.62 x 2,250 x 2.2 / 9,000 = 0.341; x 0.8 (the PyTorch backend's GEMM scale).
+    from planner.catalog.hardware import hardware
+
+    (vllm_path,) = [s for s in gemm_sweeps() if (s["hardware"], s["dtype"], s["label"]) == ("b200", "fp4", "vllm")]
+    assert vllm_path["median_abs_rel_error"] <= 0.10
+    fp4 = {name: framework(name).apply(hardware("b200")).efficiency.gemm_plateau(DType.fp4)
+           for name in ("vllm", "sglang", "tensorrt-llm-pytorch", "tensorrt-llm")}
+    assert fp4["vllm"] == pytest.approx(0.62 * 2250 * 2.2 / 9000, rel=1e-6) == fp4["sglang"]
+    assert fp4["tensorrt-llm-pytorch"] == pytest.approx(0.8 * fp4["vllm"], rel=1e-6)
+    assert fp4["tensorrt-llm"] == 0.58
 
 
 def test_ascend_kernel_latency_from_a_measured_decode_gemm():
