@@ -15,11 +15,13 @@ from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
 from planner.errors import PlannerError
 from planner.frozen import Frozen
+from planner.serving.workload import LogNormal
 from planner.yamlio import load_yaml, validation_error
 
 Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_output_tokens_per_s",
                  "decode_tokens_per_s_per_device_at_tpot_bound",
-                 "prefill_tokens_per_s_per_device", "ttft_s", "tpot_s", "output_tokens_per_s"]
+                 "prefill_tokens_per_s_per_device", "ttft_s", "tpot_s", "output_tokens_per_s",
+                 "server_output_tokens_per_s"]
 LATENCY = {"prefill_s", "decode_step_s", "batch_latency_s", "ttft_s", "tpot_s"}
 
 
@@ -38,6 +40,9 @@ class Point(Frozen):
     kv_dtype: str | None = None
     framework: str
     input_len: int = Field(ge=1)
+    input_dist: LogNormal | None = Field(None, description="the benchmark's prompt-length distribution, where its "
+                                         "dataset's is known (input_len: its mean): read by offline replays and "
+                                         "server_output_tokens_per_s; fixed input_len prompts otherwise")
     output_len: int = Field(ge=1)
     batch: int | None = Field(None, ge=1)
     concurrency: int | None = Field(None, ge=1)
@@ -46,6 +51,9 @@ class Point(Frozen):
     draft: str | None = Field(None, description="the EAGLE-3 draft model that proposed them (catalog.draft name), "
                               "where the run used one; None: the model's own MTP module")
     tpot_bound_s: float | None = Field(None, gt=0, description="latency-bounded metrics: the TPOT bound of the load")
+    ttft_bound_s: float | None = Field(None, gt=0, description="server_output_tokens_per_s: the TTFT bound of the load")
+    slo_percentile: Literal["p50", "p90", "p99"] = Field("p99", description="server_output_tokens_per_s: the "
+                                                         "percentile both bounds apply to (MLPerf: P99)")
     max_num_seqs: int | None = Field(None, ge=1, description="the engine's batch-size limit in the run, where the "
                                      "source's tool sized it (else the framework's default)")
     max_batched_tokens: int | None = Field(None, ge=16, description="the engine's tokens per iteration in the run, "
@@ -138,6 +146,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
     kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
     if p.metric == "decode_tokens_per_s_per_device_at_tpot_bound":
         return _at_tpot_bound(p, fw, kw)
+    if p.metric == "server_output_tokens_per_s":
+        return _server(p, fw, kw)
     if p.metric in ("offline_output_tokens_per_s", "ttft_s", "tpot_s", "output_tokens_per_s"):
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
                          tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
@@ -171,13 +181,38 @@ def _at_tpot_bound(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, 
     return r["tokens_per_s_per_device"], e.regime_bounds
 
 
+def _server(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
+    """Output tokens/s of one instance at the most Poisson load whose TTFT and TPOT percentiles
+    meet the point's bounds (MLPerf's Server and Interactive scenarios: the rate an instance holds
+    with P99 TTFT and P99 TPOT under the benchmark's limits), read off the analytic serving curve
+    (``load_point.max_load``); 0 where even the lightest load misses a bound."""
+    from planner.errors import InfeasibleError
+    from planner.serving.load_point import max_load
+    from planner.serving.slo import SLO, Target
+
+    if p.ttft_bound_s is None or p.tpot_bound_s is None:
+        raise PlannerError(f"point {p.id}: metric {p.metric} needs ttft_bound_s and tpot_bound_s")
+    slo = SLO(ttft_s=Target(**{p.slo_percentile: p.ttft_bound_s}), tpot_s=Target(**{p.slo_percentile: p.tpot_bound_s}))
+    r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, None, tuple(kw.items()),
+                     p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance, p.draft)
+    try:
+        lp = max_load(_replayed(p.model), fw.apply(hardware(p.hardware)), input_len=p.input_len,
+                      output_len=p.output_len, slo=slo,
+                      engine=_sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
+                                           draft=p.draft), input_dist=p.input_dist, **kw)
+    except InfeasibleError:
+        return 0.0, r.regime_bounds
+    return lp.output_tokens_per_s, r.regime_bounds
+
+
 WAVE_ITERATIONS = 30
 
 
 @lru_cache(maxsize=256)
 def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     """(mean TTFT, mean TPOT, output tokens/s) of a benchmark run of ``p.num_requests``
-    fixed-length requests, replayed by the simulator. With ``p.concurrency`` = C, a closed loop
+    fixed-length requests (prompts drawn from ``p.input_dist`` where it is given), replayed by the
+    simulator. With ``p.concurrency`` = C, a closed loop
     (vLLM/SGLang ``bench_serving --max-concurrency C --num-prompts N``): C clients start together
     and each sends its next request when its previous one completes; the first wave's prompts
     queue behind each other, which a run of few waves (N / C small) averages into its mean TTFT
@@ -199,7 +234,10 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
                            p.prefill_delay_passes, p.draft)
     n = int(p.num_requests or 1)
     c = min(int(p.concurrency or n), n)
-    inp, out = np.full(n, p.input_len), np.full(n, p.output_len)
+    out = np.full(n, p.output_len)
+    # prompts of the benchmark's length distribution where the point gives one (a fixed seed: the
+    # same lengths every replay), else all of input_len
+    inp = p.input_dist.sample(n, np.random.default_rng(0)) if p.input_dist else np.full(n, p.input_len)
     lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
     table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)   # every round's lengths
     nxt = np.zeros(n)

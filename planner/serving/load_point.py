@@ -16,6 +16,7 @@ from planner.serving.batching import Engine
 from planner.serving.closed_loop import InstanceRequests, instance_curve
 from planner.serving.queueing import Curve, at_rates, slo_ok
 from planner.serving.slo import SLO
+from planner.serving.workload import Length
 
 _P = ("mean", "p50", "p90", "p99")
 
@@ -37,9 +38,9 @@ class LoadPoint(InstanceRequests):
     binding: str                 # "rate" (given), or the SLO target / capacity that stops more load
 
 
-def _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype, engine):
+def _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype, engine, input_dist=None):
     m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
-                                   engine)
+                                   engine, input_dist=input_dist)
     stable = np.isfinite(c.rate[0]) & (c.rho[0] < 1)
     if not stable.any():
         raise InfeasibleError(f"{m.name} tp={tp} pp={pp} ep={ep} on {hw.name} cannot serve one {input_len}+"
@@ -79,10 +80,11 @@ def at_rate(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len
 
 def max_load(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len: int, output_len: int,
              slo: SLO, weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
-             engine: Engine | None = None) -> LoadPoint:
-    """The largest Poisson request rate at which one instance meets ``slo``."""
+             engine: Engine | None = None, input_dist: Length | None = None) -> LoadPoint:
+    """The largest Poisson request rate at which one instance meets ``slo`` (``input_dist``: prompts
+    of that length distribution, ``input_len`` their mean)."""
     m, hw, lay, c, stable = _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
-                                   engine)
+                                   engine, input_dist)
     max_rate = float(c.rate[0][stable].max())
     ok = slo_ok(c, slo)[0]
     if not ok.any():
