@@ -15,7 +15,6 @@ from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
 from planner.errors import PlannerError
 from planner.frozen import Frozen
-from planner.serving.workload import LogNormal
 from planner.yamlio import load_yaml, validation_error
 
 Metric = Literal["prefill_s", "decode_step_s", "batch_latency_s", "offline_output_tokens_per_s",
@@ -40,9 +39,12 @@ class Point(Frozen):
     kv_dtype: str | None = None
     framework: str
     input_len: int = Field(ge=1)
-    input_dist: LogNormal | None = Field(None, description="the benchmark's prompt-length distribution, where its "
-                                         "dataset's is known (input_len: its mean): read by offline replays and "
-                                         "server_output_tokens_per_s; fixed input_len prompts otherwise")
+    lengths: str | None = Field(None, description="the benchmark dataset's per-sample token counts (a bundled "
+                                "trace, mlperf-*, or a CSV path), where they are public: offline replays and "
+                                "server_output_tokens_per_s draw their requests from them (input_len and "
+                                "output_len stay the run's means, for the other evaluators)")
+    fixed_output: bool = Field(False, description="with lengths: every request generates output_len tokens (the "
+                               "served model's answers are not the dataset's reference answers)")
     output_len: int = Field(ge=1)
     batch: int | None = Field(None, ge=1)
     concurrency: int | None = Field(None, ge=1)
@@ -199,7 +201,7 @@ def _server(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
         lp = max_load(_replayed(p.model), fw.apply(hardware(p.hardware)), input_len=p.input_len,
                       output_len=p.output_len, slo=slo,
                       engine=_sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
-                                           draft=p.draft), input_dist=p.input_dist, **kw)
+                                           draft=p.draft), lengths=_lengths(p), **kw)
     except InfeasibleError:
         return 0.0, r.regime_bounds
     return lp.output_tokens_per_s, r.regime_bounds
@@ -211,8 +213,8 @@ WAVE_ITERATIONS = 30
 @lru_cache(maxsize=256)
 def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     """(mean TTFT, mean TPOT, output tokens/s) of a benchmark run of ``p.num_requests``
-    fixed-length requests (prompts drawn from ``p.input_dist`` where it is given), replayed by the
-    simulator. With ``p.concurrency`` = C, a closed loop
+    fixed-length requests (drawn from its dataset's lengths where ``p.lengths`` names them),
+    replayed by the simulator. With ``p.concurrency`` = C, a closed loop
     (vLLM/SGLang ``bench_serving --max-concurrency C --num-prompts N``): C clients start together
     and each sends its next request when its previous one completes; the first wave's prompts
     queue behind each other, which a run of few waves (N / C small) averages into its mean TTFT
@@ -234,10 +236,10 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
                            p.prefill_delay_passes, p.draft)
     n = int(p.num_requests or 1)
     c = min(int(p.concurrency or n), n)
-    out = np.full(n, p.output_len)
-    # prompts of the benchmark's length distribution where the point gives one (a fixed seed: the
-    # same lengths every replay), else all of input_len
-    inp = p.input_dist.sample(n, np.random.default_rng(0)) if p.input_dist else np.full(n, p.input_len)
+    # requests drawn from the benchmark's dataset where the point names it (a fixed seed: the same
+    # requests every replay), else all of input_len + output_len
+    w = _lengths(p)
+    inp, out = w.sample(n, seed=0)[1:] if w else (np.full(n, p.input_len), np.full(n, p.output_len))
     lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
     table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)   # every round's lengths
     nxt = np.zeros(n)
@@ -252,7 +254,16 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         nxt[c:] = arrival[:-c] + e2e[:-c]          # sent when the client's previous answer is complete
         if np.array_equal(nxt, arrival):
             break
-    return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), n * p.output_len / r.makespan_s
+    return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(out.sum()) / r.makespan_s
+
+
+def _lengths(p: Point):
+    """The request mix of ``p``'s benchmark dataset (rate 1: only its lengths are read), or None."""
+    if p.lengths is None:
+        return None
+    from planner.serving.workload import Fixed, Workload
+
+    return Workload(rate=1.0, trace=p.lengths, output=Fixed(value=p.output_len) if p.fixed_output else None)
 
 
 def _replayed(name: str):

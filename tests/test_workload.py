@@ -91,3 +91,23 @@ def test_vectorized_trace_parse_equals_the_row_parser(tmp_path):
     tr = load_trace(str(p))
     assert tr.arrival_s.tolist() == [0.0, 0.5, 2.0]
     assert tr.input_len.tolist() == [20, 30, 10] and tr.output_len.tolist() == [4, 5, 3]
+
+
+def test_a_trace_without_timestamps_is_a_length_distribution(tmp_path):
+    # A benchmark dataset's per-sample token counts (no arrival times): its lengths serve a workload
+    # at a rate given to it; asking it for its rate or its arrival times is an error that says so.
+    p = tmp_path / "lengths.csv"
+    p.write_text("input_length,output_length\n100,10\n300,30\n")
+    tr = load_trace(str(p))
+    assert not tr.timed and tr.input_len.tolist() == [100, 300] and tr.output_len.tolist() == [10, 30]
+    w = Workload(trace=str(p), rate=2.0)
+    _, inp, out = w.sample(1000, seed=1)
+    assert set(inp.tolist()) == {100, 300} and ((out * 10) == inp).all()    # rows drawn jointly
+    with pytest.raises(InputError, match="no timestamps.*give the workload a rate"):
+        _ = Workload(trace=str(p)).request_rate
+    with pytest.raises(InputError, match="has none"):
+        Workload(trace=str(p), rate=1.0, arrival={"process": "trace"}).sample(10, seed=1)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("input_length,output_length\n100,10\n3x,30\n")
+    with pytest.raises(InputError, match=r"bad\.csv:3: expected two token counts"):
+        load_trace(str(bad))

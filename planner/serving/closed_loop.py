@@ -22,7 +22,7 @@ from planner.perf.parallel import Layout, check_layout
 from planner.perf.roofline import step_time
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, serving_curve
-from planner.serving.workload import Fixed, Length, Workload, length_stats
+from planner.serving.workload import Fixed, Workload, length_stats
 
 
 class InstanceRequests(Frozen):
@@ -56,13 +56,13 @@ class ServingEstimate(InstanceRequests, Banded):
 
 def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: int, pp: int, ep: int,
                    input_len: int, output_len: int, weight_dtype: str | DType, kv_dtype: str | DType | None,
-                   engine: Engine | None, framework: str | None = None, input_dist: Length | None = None
+                   engine: Engine | None, framework: str | None = None, lengths: Workload | None = None
                    ) -> tuple[ModelSpec, HardwareProfile, Layout, Curve]:
     """The checked arguments and the steady-state load curve of one instance serving requests of
     fixed lengths (shared by the closed-loop answer here and ``load_point``'s open-loop ones), the
     profile as the serving framework sees it (``framework`` or ``engine.framework``);
-    ``input_dist``: prompts of that length distribution instead of ``input_len`` each (the
-    context check still reads ``input_len``)."""
+    ``lengths``: requests of that workload's length mix instead (its rate is not read; the
+    context check still reads ``input_len + output_len``)."""
     m = get_model(model)
     hw = with_framework(get_hardware(hardware), framework or (engine.framework if engine else None))
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
@@ -72,7 +72,7 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay, hw)
-    w = Workload(rate=1.0, input=input_dist or Fixed(value=input_len), output=Fixed(value=output_len))
+    w = lengths or Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
     return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
 
 

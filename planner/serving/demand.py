@@ -197,7 +197,11 @@ def minute_factors(trace: str) -> np.ndarray:
     empirical fluctuation of the rate within an hour (mean 1)."""
     from planner.serving.trace import load_trace
 
-    a = load_trace(trace).arrival_s
+    t = load_trace(trace)
+    if not t.timed:
+        raise InputError(f"trace {trace!r} has no timestamps (a length distribution): it gives no per-minute "
+                         "rate fluctuation")
+    a = t.arrival_s
     counts = np.bincount((a // 60).astype(int))[:-1].astype(float)   # drop the partial last minute
     if counts.size == 0 or counts.mean() <= 0:
         return np.ones(1)

@@ -16,7 +16,7 @@ from planner.serving.batching import Engine
 from planner.serving.closed_loop import InstanceRequests, instance_curve
 from planner.serving.queueing import Curve, at_rates, slo_ok
 from planner.serving.slo import SLO
-from planner.serving.workload import Length
+from planner.serving.workload import Workload
 
 _P = ("mean", "p50", "p90", "p99")
 
@@ -38,9 +38,9 @@ class LoadPoint(InstanceRequests):
     binding: str                 # "rate" (given), or the SLO target / capacity that stops more load
 
 
-def _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype, engine, input_dist=None):
+def _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype, engine, lengths=None):
     m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
-                                   engine, input_dist=input_dist)
+                                   engine, lengths=lengths)
     stable = np.isfinite(c.rate[0]) & (c.rho[0] < 1)
     if not stable.any():
         raise InfeasibleError(f"{m.name} tp={tp} pp={pp} ep={ep} on {hw.name} cannot serve one {input_len}+"
@@ -55,7 +55,7 @@ def _point(m, hw, lay, c: Curve, rate: float, max_rate: float, binding: str, inp
     devices = int(np.ravel(lay.devices)[0])
     return LoadPoint(
         model=m.name, hardware=hw.name, tp=int(lay.tp), pp=int(lay.pp), ep=int(lay.ep), input_len=input_len,
-        output_len=output_len, requests_per_s=rate, output_tokens_per_s=rate * output_len,
+        output_len=output_len, requests_per_s=rate, output_tokens_per_s=rate * c.mean_output,
         ttft_s={p: at(c.ttft[p]) for p in _P}, tpot_s={p: at(c.tpot[p]) for p in _P},
         e2e_s={p: at(c.e2e[p]) for p in _P}, decode_batch=at(c.n), prefill_utilization=at(c.rho),
         max_rate=max_rate, accelerators=devices, power_w=at(c.power_w) * devices,
@@ -64,12 +64,13 @@ def _point(m, hw, lay, c: Curve, rate: float, max_rate: float, binding: str, inp
 
 def at_rate(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len: int, output_len: int,
             rate: float, weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
-            engine: Engine | None = None) -> LoadPoint:
-    """Latencies of one instance receiving Poisson arrivals at ``rate`` requests/s."""
+            engine: Engine | None = None, lengths: Workload | None = None) -> LoadPoint:
+    """Latencies of one instance receiving Poisson arrivals at ``rate`` requests/s (``lengths``: a
+    workload whose length mix the requests have, ``output_len`` their mean output)."""
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not np.isfinite(rate) or rate <= 0:
         raise InputError(f"rate must be a finite number > 0 requests/s, got {rate!r}")
     m, hw, lay, c, stable = _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
-                                   engine)
+                                   engine, lengths)
     max_rate = float(c.rate[0][stable].max())
     if rate > max_rate:
         raise InfeasibleError(f"{rate:g} req/s exceeds the {max_rate:.4g} req/s one instance of {m.name} tp={tp} "
@@ -80,11 +81,11 @@ def at_rate(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len
 
 def max_load(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len: int, output_len: int,
              slo: SLO, weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
-             engine: Engine | None = None, input_dist: Length | None = None) -> LoadPoint:
-    """The largest Poisson request rate at which one instance meets ``slo`` (``input_dist``: prompts
-    of that length distribution, ``input_len`` their mean)."""
+             engine: Engine | None = None, lengths: Workload | None = None) -> LoadPoint:
+    """The largest Poisson request rate at which one instance meets ``slo`` (``lengths``: a workload
+    whose length mix the requests have, ``output_len`` their mean output)."""
     m, hw, lay, c, stable = _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
-                                   engine, input_dist)
+                                   engine, lengths)
     max_rate = float(c.rate[0][stable].max())
     ok = slo_ok(c, slo)[0]
     if not ok.any():

@@ -2,8 +2,11 @@
 
 Column names of the Azure LLM inference traces (``TIMESTAMP``, ``ContextTokens``,
 ``GeneratedTokens``) and common alternatives are recognised. Timestamps may be seconds or
-``YYYY-MM-DD HH:MM:SS[.fraction]``; they are returned as seconds from the first request.
-Bundled traces are addressed by name (``azure-code-2023``, ``azure-conv-2023``).
+``YYYY-MM-DD HH:MM:SS[.fraction]``; they are returned as seconds from the first request. A file
+without a timestamp column is a length distribution (a benchmark dataset's per-sample token
+counts): its arrival times are NaN, and a workload using it must give its own rate and arrival
+process. Bundled traces are addressed by name (``azure-code-2023``, ``azure-conv-2023``, the
+MLPerf datasets' ``mlperf-*``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from planner.errors import InputError, unknown_name
 
 TRACES_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 _TIME = ("TIMESTAMP", "timestamp", "arrival_time", "arrival_s", "time")
-_INPUT = ("ContextTokens", "input_tokens", "input_len", "prompt_tokens", "input")
-_OUTPUT = ("GeneratedTokens", "output_tokens", "output_len", "completion_tokens", "output")
+_INPUT = ("ContextTokens", "input_tokens", "input_len", "input_length", "prompt_tokens", "input")
+_OUTPUT = ("GeneratedTokens", "output_tokens", "output_len", "output_length", "completion_tokens", "output")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,11 @@ class Trace:
     arrival_s: np.ndarray   # seconds since the first request, sorted
     input_len: np.ndarray
     output_len: np.ndarray
+
+    @property
+    def timed(self) -> bool:
+        """Whether the file gave arrival times (else it is a length distribution only)."""
+        return bool(np.isfinite(self.arrival_s).all())
 
     @property
     def duration_s(self) -> float:
@@ -77,14 +85,17 @@ def load_trace(name_or_path: str) -> Trace:
     header = [h.strip() for h in next(csv.reader(text.splitlines()[:1]), [])]
     if not header:
         raise InputError(f"{path}: trace needs a header and at least one row")
+    timed = any(n in header for n in _TIME)     # without: a length distribution, arrival times NaN
     cols = [_column(header, names, what, path) for names, what in
-            ((_TIME, "timestamp"), (_INPUT, "input-token"), (_OUTPUT, "output-token"))]
+            ((_TIME, "timestamp"), (_INPUT, "input-token"), (_OUTPUT, "output-token")) if timed or names is not _TIME]
     try:
         t, inp, out = _parse_columns(path, cols)
     except ValueError:
         t, inp, out = _parse_rows(path, cols)      # slow path: find and name the bad line
-    if t.size == 0:
+    if inp.size == 0:
         raise InputError(f"{path}: trace needs a header and at least one row")
+    if not timed:
+        return Trace(path.stem, np.full(inp.size, np.nan), inp, out)
     if not np.isfinite(t).all():
         raise InputError(f"{path}:{int(np.flatnonzero(~np.isfinite(t))[0]) + 2}: timestamp is not a finite number")
     if (inp < 0).any() or (out < 0).any():
@@ -96,14 +107,21 @@ def load_trace(name_or_path: str) -> Trace:
 
 
 def _parse_columns(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(seconds, input tokens, output tokens) by numpy's C reader; ``ValueError`` on a bad cell."""
+    """(seconds, input tokens, output tokens) by numpy's C reader; ``ValueError`` on a bad cell.
+    ``cols``: the timestamp, input and output columns, or the last two alone (seconds then empty)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # an empty file: caught below as no rows
         raw = np.loadtxt(path, delimiter=",", dtype=str, skiprows=1, usecols=cols, ndmin=2, quotechar='"',
                          encoding="utf-8")
-    stamps, inp, out = (np.char.strip(raw[:, k]) for k in range(3))
+    inp, out = (np.char.strip(raw[:, k]) for k in range(len(cols) - 2, len(cols)))
+    counts = [c.astype(float) for c in (inp, out)]
+    if not all(np.isfinite(c).all() for c in counts):
+        raise ValueError("a token count is not a finite number")    # the slow path names its line
+    if len(cols) == 2:
+        return np.empty(0), counts[0].astype(np.int64), counts[1].astype(np.int64)
+    stamps = np.char.strip(raw[:, 0])
     try:
         seconds = stamps.astype(float)
     except ValueError:
@@ -111,28 +129,26 @@ def _parse_columns(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray,
         if (ns == np.iinfo(np.int64).min).any():                 # NaT: an empty cell
             raise ValueError("empty timestamp") from None
         seconds = (ns - ns.min()) / 1e9                           # from the first; only differences matter
-    counts = [c.astype(float) for c in (inp, out)]
-    if not all(np.isfinite(c).all() for c in counts):
-        raise ValueError("a token count is not a finite number")    # the slow path names its line
     return seconds, counts[0].astype(np.int64), counts[1].astype(np.int64)
 
 
 def _parse_rows(path: Path, cols: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row-by-row parse, raising ``InputError`` at the first line that is not a timestamp and
-    two token counts."""
-    ti, ii, oi = cols
+    """Row-by-row parse, raising ``InputError`` at the first line that is not a timestamp (where
+    ``cols`` has one) and two token counts."""
+    ti, ii, oi = cols if len(cols) == 3 else (None, *cols)
     from planner.yamlio import read_text
 
     rows = list(csv.reader(read_text(path, "trace").splitlines()))
     t, inp, out = [], [], []
+    expected = "a timestamp and two token counts" if ti is not None else "two token counts"
     for lineno, row in enumerate(rows[1:], start=2):
         if not row:
             continue
         try:
-            t.append(_seconds(row[ti]))
+            if ti is not None:
+                t.append(_seconds(row[ti]))
             inp.append(int(float(row[ii])))
             out.append(int(float(row[oi])))
         except (ValueError, IndexError, OverflowError):     # "inf" parses as a float, not as a count
-            raise InputError(f"{path}:{lineno}: expected a timestamp and two token counts, got {','.join(row)!r}") \
-                from None
+            raise InputError(f"{path}:{lineno}: expected {expected}, got {','.join(row)!r}") from None
     return np.asarray(t, dtype=float), np.asarray(inp, dtype=np.int64), np.asarray(out, dtype=np.int64)

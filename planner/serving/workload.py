@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from planner.checks import located
+from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.serving.demand import Demand
 from planner.serving.trace import Trace, load_trace
@@ -157,7 +158,11 @@ class Workload(Frozen):
     def request_rate(self) -> float:
         if self.rate is not None:
             return self.rate
-        return self._trace().mean_rate  # type: ignore[union-attr]
+        t = self._trace()
+        if not t.timed:  # type: ignore[union-attr]
+            raise InputError(f"trace {self.trace!r} has no timestamps (a length distribution): give the workload "
+                             "a rate")
+        return t.mean_rate  # type: ignore[union-attr]
 
     def with_rate(self, rate: float) -> Workload:
         return self.model_copy(update={"rate": rate})
@@ -217,6 +222,9 @@ class Workload(Frozen):
         rate = self.request_rate
         if self.arrival.process == "trace":
             t = self._trace()
+            if not t.timed:
+                raise InputError(f"arrival.process 'trace' replays the trace's timestamps, and {self.trace!r} has "
+                                 "none (a length distribution): use poisson or gamma arrivals")
             reps = int(np.ceil(n / len(t.arrival_s)))
             span = t.duration_s + 1.0 / t.mean_rate
             stamps = np.concatenate([t.arrival_s + k * span for k in range(reps)])[:n]
