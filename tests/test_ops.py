@@ -100,7 +100,9 @@ def test_roofline_time_of_one_gemm():
     compute = 2 * M * K * N / (989.4e12 * 0.78)          # dense BF16 peak x GEMM plateau efficiency
     memory = (K * N + M * (K + N)) * 2 / (3.35e12 * 0.85)
     kernel = 6.2e-6                                       # fixed per-kernel time
-    assert float(t.time_s) == pytest.approx(kernel + max(compute, memory)) and compute > memory
+    # a GEMM takes the cube-norm of its compute and memory times (roofline.ridge_overlap): here
+    # memory is 0.17 of compute, which adds 0.16%
+    assert float(t.time_s) == pytest.approx(kernel + (compute**3 + memory**3) ** (1 / 3)) and compute > memory
     assert str(t.bound) == "compute"
     gemv = Op("g", OpKind.gemm, 1, flops=2 * K * N, weight_bytes=K * N * 2, act_bytes=(K + N) * 2)
     t1 = op_time(hw, gemv, BF16)
