@@ -343,18 +343,22 @@ def throughput(
                                           "token, s (with --tpot-p90: the most load meeting both)."),
     tpot_p90: float | None = typer.Option(None, "--tpot-p90", min=0.0, help="SLO: P90 time per output "  # noqa: UP007
                                           "token, s."),
+    ttft_p99: float | None = typer.Option(None, "--ttft-p99", min=0.0, help="SLO: P99 time to first "  # noqa: UP007
+                                          "token, s (MLPerf Server / Interactive bound P99)."),
+    tpot_p99: float | None = typer.Option(None, "--tpot-p99", min=0.0, help="SLO: P99 time per output "  # noqa: UP007
+                                          "token, s."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Serving steady state of ONE instance: at a concurrency (closed loop; default: as many as fit),
-    at a request rate (open loop), or the most load meeting a TTFT/TPOT SLO."""
+    at a request rate (open loop), or the most load meeting a TTFT/TPOT SLO (P90 and/or P99)."""
     from planner.serving.batching import Engine
     from planner.throughput_cli import run_throughput
 
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
-                   concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, json_out=json_out,
-                   engine=Engine(framework=framework))
+                   concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, ttft_p99=ttft_p99,
+                   tpot_p99=tpot_p99, json_out=json_out, engine=Engine(framework=framework))
 
 
 @app.command()

@@ -7,12 +7,14 @@ from planner.report import key_value_table, out, print_json, si
 
 
 def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: float | None,
-                   ttft_p90: float | None, tpot_p90: float | None, json_out: bool, **kw) -> None:
+                   ttft_p90: float | None, tpot_p90: float | None, json_out: bool,
+                   ttft_p99: float | None = None, tpot_p99: float | None = None, **kw) -> None:
     """Closed loop at ``concurrency`` (``planner.throughput``), open loop at ``rate``
-    (``load_point.at_rate``) or the most load meeting the SLO (``load_point.max_load``)."""
-    slo_given = ttft_p90 is not None or tpot_p90 is not None
+    (``load_point.at_rate``) or the most load meeting the SLO (``load_point.max_load``): P90
+    and / or P99 bounds on TTFT and TPOT (MLPerf's Server and Interactive scenarios bound P99)."""
+    slo_given = any(v is not None for v in (ttft_p90, tpot_p90, ttft_p99, tpot_p99))
     if sum((concurrency is not None, rate is not None, slo_given)) > 1:
-        raise InputError("give one of --concurrency, --rate or the SLO (--ttft-p90/--tpot-p90)")
+        raise InputError("give one of --concurrency, --rate or the SLO (--ttft-p90/--tpot-p90, --ttft-p99/--tpot-p99)")
     if rate is not None or slo_given:
         from planner.serving import load_point
 
@@ -24,9 +26,9 @@ def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: 
             from planner.serving.slo import SLO, Target
 
             try:
-                slo = SLO(ttft_s=Target(p90=ttft_p90), tpot_s=Target(p90=tpot_p90))
+                slo = SLO(ttft_s=Target(p90=ttft_p90, p99=ttft_p99), tpot_s=Target(p90=tpot_p90, p99=tpot_p99))
             except ValidationError as e:
-                raise InputError(f"--ttft-p90/--tpot-p90: {e.errors()[0]['msg']}") from None
+                raise InputError(f"--ttft-p90/--tpot-p90/--ttft-p99/--tpot-p99: {e.errors()[0]['msg']}") from None
             r = load_point.max_load(model, hardware, slo=slo, **kw)
         if json_out:
             print_json(r.model_dump(mode="json"))

@@ -342,6 +342,19 @@ def test_throughput_cli_slo_point_meets_slo_and_is_the_edge():
     assert best["binding"] == "tpot_s.p90 <= 0.05" and more["tpot_s"]["p90"] > 0.05
 
 
+def test_throughput_cli_p99_slo_is_the_stricter_bound():
+    # MLPerf's Server and Interactive scenarios bound P99: the same bounds on P99 admit no more load
+    # than on P90, and P90 bounds above the P99 ones are an input error that names the flags
+    p90 = json.loads(runner.invoke(app, [*TP, "--ttft-p90", "1.0", "--tpot-p90", "0.05"]).stdout)
+    r = runner.invoke(app, [*TP, "--ttft-p99", "1.0", "--tpot-p99", "0.05"])
+    assert r.exit_code == 0, r.stderr
+    p99 = json.loads(r.stdout)
+    assert p99["ttft_s"]["p99"] <= 1.0 and p99["tpot_s"]["p99"] <= 0.05
+    assert 0 < p99["requests_per_s"] < p90["requests_per_s"]
+    bad = runner.invoke(app, [*TP, "--tpot-p90", "0.06", "--tpot-p99", "0.05"])
+    assert bad.exit_code != 0 and "--tpot-p99" in bad.stderr and "must not decrease" in bad.stderr
+
+
 def test_throughput_cli_rate_is_littles_law_and_monotone():
     lo, hi = (json.loads(runner.invoke(app, [*TP, "--rate", r]).stdout) for r in ("1", "6"))
     for p in (lo, hi):   # sequences decoding = arrival rate x time a request spends decoding (Little)
