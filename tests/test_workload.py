@@ -103,10 +103,10 @@ def test_a_trace_without_timestamps_is_a_length_distribution(tmp_path):
     w = Workload(trace=str(p), rate=2.0)
     _, inp, out = w.sample(1000, seed=1)
     assert set(inp.tolist()) == {100, 300} and ((out * 10) == inp).all()    # rows drawn jointly
-    with pytest.raises(InputError, match="no timestamps.*give the workload a rate"):
-        _ = Workload(trace=str(p)).request_rate
-    with pytest.raises(InputError, match="has none"):
-        Workload(trace=str(p), rate=1.0, arrival={"process": "trace"}).sample(10, seed=1)
+    with pytest.raises(ValidationError, match="no timestamps.*give the workload a rate"):
+        Workload(trace=str(p))
+    with pytest.raises(ValidationError, match="has none"):
+        Workload(trace=str(p), rate=1.0, arrival={"process": "trace"})
     bad = tmp_path / "bad.csv"
     bad.write_text("input_length,output_length\n100,10\n3x,30\n")
     with pytest.raises(InputError, match=r"bad\.csv:3: expected two token counts"):

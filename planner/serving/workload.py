@@ -119,6 +119,17 @@ class Arrival(Frozen):
         return 1.0 if self.process == "poisson" else self.cv**2
 
 
+def _untimed(trace: str | None) -> bool:
+    """Whether ``trace`` loads and has no arrival times (a file that does not load is reported
+    where it is used)."""
+    if trace is None:
+        return False
+    try:
+        return not load_trace(trace).timed
+    except InputError:
+        return False
+
+
 class Workload(Frozen):
     """Requests: their rate, arrival process and token lengths.
 
@@ -142,6 +153,12 @@ class Workload(Frozen):
             raise ValueError("give input and output length distributions, or a trace")
         if self.rate is None and self.trace is None:
             raise ValueError("give a rate (requests per second)")
+        if self.rate is None and _untimed(self.trace):
+            raise located("rate", f"trace {self.trace!r} has no timestamps (a length distribution): give the "
+                          "workload a rate")
+        if self.arrival.process == "trace" and _untimed(self.trace):
+            raise located("arrival", f"arrival.process 'trace' replays the trace's timestamps, and {self.trace!r} "
+                          "has none (a length distribution): use poisson or gamma arrivals")
         if self.arrival.process == "trace" and self.trace is None:
             raise ValueError("arrival.process 'trace' needs a trace")
         if (self.trace is not None and self.input is not None and self.output is not None
@@ -158,11 +175,7 @@ class Workload(Frozen):
     def request_rate(self) -> float:
         if self.rate is not None:
             return self.rate
-        t = self._trace()
-        if not t.timed:  # type: ignore[union-attr]
-            raise InputError(f"trace {self.trace!r} has no timestamps (a length distribution): give the workload "
-                             "a rate")
-        return t.mean_rate  # type: ignore[union-attr]
+        return self._trace().mean_rate  # type: ignore[union-attr]   (timed: the validator says so)
 
     def with_rate(self, rate: float) -> Workload:
         return self.model_copy(update={"rate": rate})
@@ -222,9 +235,6 @@ class Workload(Frozen):
         rate = self.request_rate
         if self.arrival.process == "trace":
             t = self._trace()
-            if not t.timed:
-                raise InputError(f"arrival.process 'trace' replays the trace's timestamps, and {self.trace!r} has "
-                                 "none (a length distribution): use poisson or gamma arrivals")
             reps = int(np.ceil(n / len(t.arrival_s)))
             span = t.duration_s + 1.0 / t.mean_rate
             stamps = np.concatenate([t.arrival_s + k * span for k in range(reps)])[:n]
