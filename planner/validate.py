@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
@@ -75,6 +75,26 @@ class Point(Frozen):
     source: str
     role: Literal["calibration", "held_out"]
     note: str | None = None
+
+    @model_validator(mode="after")
+    def _bounds_and_lengths(self) -> Point:
+        """The bounds a latency-bounded metric reads, and a lengths trace that loads, checked where
+        the point is written."""
+        from planner.checks import located
+
+        if self.metric == "server_output_tokens_per_s" and (self.ttft_bound_s is None or self.tpot_bound_s is None):
+            raise located("ttft_bound_s", "server_output_tokens_per_s needs ttft_bound_s and tpot_bound_s")
+        if self.metric == "decode_tokens_per_s_per_device_at_tpot_bound" and self.tpot_bound_s is None:
+            raise located("tpot_bound_s", f"{self.metric} needs tpot_bound_s")
+        if self.lengths is not None:
+            from planner.errors import InputError
+            from planner.serving.trace import load_trace
+
+            try:
+                load_trace(self.lengths)
+            except InputError as e:
+                raise located("lengths", str(e)) from None
+        return self
 
 
 class Dataset(Frozen):

@@ -308,3 +308,15 @@ def test_a_benchmarks_requests_are_drawn_from_its_dataset():
     (p,) = [q for q in load_points().points if q.id == "mlperf50-llama2-70b-h200-offline"]
     assert p.lengths == "mlperf-llama2-70b" and p.fixed_output
     assert predict(p) == predict(p) != predict(p.model_copy(update={"lengths": None}))
+
+
+def test_a_measurements_file_names_a_missing_bound_or_unknown_lengths_at_its_line(tmp_path):
+    row = ("{id: a, vendor: nvidia, hardware: h200, model: llama-2-70b, framework: tensorrt-llm, input_len: 222, "
+           "output_len: 292, metric: server_output_tokens_per_s, value: 4000, source: s, role: held_out%s}")
+    for extra, expected in ((", ttft_bound_s: 2", ":4 points.0.ttft_bound_s: server_output_tokens_per_s needs"),
+                            (", ttft_bound_s: 2, tpot_bound_s: 0.2, lengths: no-such-trace",
+                             ":4 points.0.lengths: unknown trace 'no-such-trace'")):
+        f = tmp_path / "m.yaml"
+        f.write_text('sources:\n  s: "probe"\npoints:\n  - ' + row % extra + "\n")
+        r = runner.invoke(app, ["validate", "--file", str(f)])
+        assert r.exit_code == 2 and expected in r.stderr, r.stderr
