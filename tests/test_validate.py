@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
-from planner.validate import Point, default_path, load_points, predict, validate
+from planner.validate import Point, _as_run, _closed_loop, default_path, load_points, predict, validate
 
 runner = CliRunner()
 
@@ -291,6 +291,24 @@ def test_mlperf_llama2_70b():
     (srv,) = [p for p in load_points().points if p.id == "mlperf51-llama2-70b-mi325x-server"]
     tight = srv.model_copy(update={"ttft_bound_s": 0.45, "tpot_bound_s": 0.04})
     assert 0 < predict(tight) < predict(srv)
+
+
+def test_a_server_row_is_the_load_a_replayed_run_holds():
+    """Server / Interactive rows are replayed: Poisson runs of the dataset's requests through the
+    simulator, bisected on the rate. Without bounds the held load is the engine's saturated rate
+    (the closed loop kept full; completions must keep up with arrivals, so an overload that only
+    queues does not count), within the 4% a Poisson load's steady completions may differ by;
+    bounds no run can meet give 0; and the result is the same on a second call (seeded)."""
+    (p,) = [q for q in load_points().points if q.id == "mlperf50-llama2-70b-h100-server"]
+    fw = _as_run(None, p)
+    kw = dict(tp=p.tp, pp=p.pp, ep=p.ep, weight_dtype=p.weight_dtype, kv_dtype=p.kv_dtype)
+    full = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, None,
+                        tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens).output_tokens_per_s
+    unbounded = predict(p.model_copy(update={"ttft_bound_s": 1e5, "tpot_bound_s": 1e5}))
+    assert unbounded == pytest.approx(full, rel=0.06)
+    assert predict(p) <= unbounded
+    assert predict(p.model_copy(update={"ttft_bound_s": 0.01, "tpot_bound_s": 0.001})) == 0.0
+    assert predict(p) == predict(p)
 
 
 def test_a_benchmarks_requests_are_drawn_from_its_dataset():
