@@ -59,6 +59,9 @@ class Framework(Frozen):
     # its absorbed-MLA decode kernel's compute plateau, per hardware profile name (Efficiency.attention.mla_decode)
     attention_mla_decode: dict[str, Fraction] = {}
     memory_scale: Figure | None = None
+    # its MoE grouped-GEMM kernels' rate as a fraction of the dense plateau (Efficiency.grouped_gemm:
+    # the profiles' default is DeepGEMM's; Triton fused_moe / CUTLASS MoE kernels reach less)
+    grouped_gemm: Fraction | None = None
     # a quantized format's GEMM throughput on this engine's path (activation quantization + GEMM +
     # dequantization) relative to the same GEMM in BF16: caps the profile's plateau of that format,
     # which describes the matrix unit's rate (2x BF16 for INT8 on an Ascend cube)
@@ -128,7 +131,7 @@ class Framework(Frozen):
 
         eff = hw.efficiency
         update: dict = {}
-        for field in ("step_overhead", "sequence_overhead", "request_overhead", "moe_imbalance"):
+        for field in ("step_overhead", "sequence_overhead", "request_overhead", "moe_imbalance", "grouped_gemm"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field)
         if self.ep_bulk:
