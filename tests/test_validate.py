@@ -150,10 +150,11 @@ def test_trtllm_bench_engine_sizes_are_its_heuristic():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.sizing("llama-3.1-8b", "h100-sxm", 1, 1, "fp8", "fp8", 128, 128) == (4096, 8192)
-    text = mod.FILE.read_text()
-    assert mod.rewrite(text) == text                 # every trtllm-bench point carries its sizes
-    sized = [p for p in load_points().points if p.source == "trtllm_perf_2025"]
-    assert sized and all(p.max_num_seqs and p.max_batched_tokens for p in sized)
+    for path, key in mod.FILES.items():
+        text = path.read_text()
+        assert mod.rewrite(text, key) == text        # every trtllm-bench point carries its sizes
+        sized = [p for p in load_points().points if p.source == key]
+        assert sized and all(p.max_num_seqs and p.max_batched_tokens for p in sized)
 
 
 def test_offline_runs_replay_lockstep_waves():

@@ -16,8 +16,9 @@ lengths (TensorRT-LLM ``tensorrt_llm/bench/build/tuning.py``, ``calc_engine_sett
 Those are facts of how each published point was run (not fitted), so the points carry them as
 ``max_num_seqs`` / ``max_batched_tokens``. GPU memory is the profile's (the driver's binary
 capacity, as ``torch.cuda`` reports it). Run from the repository root:
-``python validation/trtllm_bench_sizing.py`` rewrites the two fields of every ``trtllm_perf_2025``
-point in ``validation/measurements.yaml``; ``tests/test_validate.py`` checks the file agrees.
+``python validation/trtllm_bench_sizing.py`` rewrites the two fields of every trtllm-bench point
+(``FILES``: the v1.0 page's in ``validation/measurements.yaml``, the v0.17 page's Mixtral rows, whose
+C++-engine builds ran the same sizing); ``tests/test_validate.py`` checks the files agree.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import re
 from pathlib import Path
 
 FILE = Path(__file__).resolve().parent / "measurements.yaml"
-SOURCE = "trtllm_perf_2025"
+# the measurements files holding trtllm-bench runs, and their runs' source key
+FILES = {FILE: "trtllm_perf_2025",
+         Path(__file__).resolve().parent / "measurements" / "trtllm-perf-v017-mixtral.yaml": "trtllm_perf_v017"}
 BYTES = {"fp8": 1.0, "fp4": 0.5, "bf16": 2.0, "fp16": 2.0}
 GIB = 1024 ** 3
 
@@ -63,11 +66,11 @@ def sizing(model: str, hardware: str, tp: int, pp: int, weight_dtype: str, kv_dt
 _FIELD = re.compile(r"(\w+): ([^,}]+)")
 
 
-def rewrite(text: str) -> str:
-    """``text`` with every trtllm-bench point's ``max_num_seqs`` / ``max_batched_tokens`` set."""
+def rewrite(text: str, source: str = "trtllm_perf_2025") -> str:
+    """``text`` with every trtllm-bench point's (``source``) ``max_num_seqs`` / ``max_batched_tokens`` set."""
     out = []
     for line in text.splitlines(keepends=True):
-        if f"source: {SOURCE}" in line and line.lstrip().startswith("- {id:"):
+        if f"source: {source}" in line and line.lstrip().startswith("- {id:"):
             f = dict(_FIELD.findall(line))
             line = re.sub(r" max_num_seqs: \d+, max_batched_tokens: \d+,", "", line)
             bs, tokens = sizing(f["model"], f["hardware"], int(f.get("tp", 1)), int(f.get("pp", 1)),
@@ -78,5 +81,6 @@ def rewrite(text: str) -> str:
 
 
 if __name__ == "__main__":
-    FILE.write_text(rewrite(FILE.read_text()))
-    print(f"rewrote {FILE}")
+    for path, key in FILES.items():
+        path.write_text(rewrite(path.read_text(), key))
+        print(f"rewrote {path}")
