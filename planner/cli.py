@@ -348,6 +348,9 @@ def throughput(
     tpot_p99: float | None = typer.Option(None, "--tpot-p99", min=0.0, help="SLO: P99 time per output "  # noqa: UP007
                                           "token, s."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
+    replay: bool = typer.Option(False, "--replay", help="With an SLO: find the load by replaying Poisson runs "
+                                "(600 s of requests) in the simulator, as MLPerf's Server scenario measures it; "
+                                "slower than the analytic curve (about a second)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Serving steady state of ONE instance: at a concurrency (closed loop; default: as many as fit),
@@ -358,7 +361,7 @@ def throughput(
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
                    concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, ttft_p99=ttft_p99,
-                   tpot_p99=tpot_p99, json_out=json_out, engine=Engine(framework=framework))
+                   tpot_p99=tpot_p99, replay=replay, json_out=json_out, engine=Engine(framework=framework))
 
 
 @app.command()

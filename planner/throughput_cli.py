@@ -8,13 +8,18 @@ from planner.report import key_value_table, out, print_json, si
 
 def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: float | None,
                    ttft_p90: float | None, tpot_p90: float | None, json_out: bool,
-                   ttft_p99: float | None = None, tpot_p99: float | None = None, **kw) -> None:
+                   ttft_p99: float | None = None, tpot_p99: float | None = None, replay: bool = False,
+                   **kw) -> None:
     """Closed loop at ``concurrency`` (``planner.throughput``), open loop at ``rate``
     (``load_point.at_rate``) or the most load meeting the SLO (``load_point.max_load``): P90
-    and / or P99 bounds on TTFT and TPOT (MLPerf's Server and Interactive scenarios bound P99)."""
+    and / or P99 bounds on TTFT and TPOT (MLPerf's Server and Interactive scenarios bound P99);
+    ``replay``: that load found by replaying runs in the simulator (``serving.replayed_load``)."""
     slo_given = any(v is not None for v in (ttft_p90, tpot_p90, ttft_p99, tpot_p99))
     if sum((concurrency is not None, rate is not None, slo_given)) > 1:
         raise InputError("give one of --concurrency, --rate or the SLO (--ttft-p90/--tpot-p90, --ttft-p99/--tpot-p99)")
+    if replay and not slo_given:
+        raise InputError("--replay finds the most load meeting an SLO: give --ttft-p90/--tpot-p90 or "
+                         "--ttft-p99/--tpot-p99 with it")
     if rate is not None or slo_given:
         from planner.serving import load_point
 
@@ -29,6 +34,9 @@ def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: 
                 slo = SLO(ttft_s=Target(p90=ttft_p90, p99=ttft_p99), tpot_s=Target(p90=tpot_p90, p99=tpot_p99))
             except ValidationError as e:
                 raise InputError(f"--ttft-p90/--tpot-p90/--ttft-p99/--tpot-p99: {e.errors()[0]['msg']}") from None
+            if replay:
+                _print_replayed(model, hardware, slo, json_out, **kw)
+                return
             r = load_point.max_load(model, hardware, slo=slo, **kw)
         if json_out:
             print_json(r.model_dump(mode="json"))
@@ -61,4 +69,26 @@ def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: 
         ("TTFT / TPOT (mean)", f"{si(s.ttft_s, 's')} / {si(s.tpot_s, 's')}"),
         ("decode batch", f"{s.decode_batch:.1f} sequences"), ("limited by", s.limit),
         ("power", si(s.power_w, "W")), *([("cost", f"${s.usd_per_h:,.2f}/h")] if s.usd_per_h is not None else []),
+    ]))
+
+
+def _print_replayed(model: str, hardware: str, slo, json_out: bool, **kw) -> None:
+    """The replayed answer (``replayed_load.replayed_max_load``) as a table or one JSON object."""
+    from dataclasses import asdict
+
+    from planner.serving.replayed_load import replayed_max_load
+
+    r = replayed_max_load(model, hardware, slo=slo, **kw)
+    if json_out:
+        print_json(asdict(r))
+        return
+    lat = lambda d: " / ".join(si(d[p], "s") for p in ("p50", "p90", "p99"))  # noqa: E731
+    out.print(key_value_table(f"{model} on {hardware} (tp={kw['tp']} pp={kw['pp']} ep={kw['ep']}), "
+                              f"{kw['input_len']} in / {kw['output_len']} out, Poisson arrivals, replayed", [
+        ("load", f"{r.requests_per_s:.4g} req/s ({r.output_tokens_per_s:,.0f} output tokens/s), the most whose "
+                 "replayed run meets the SLO" if r.requests_per_s > 0
+                 else "none: even the lightest load misses the SLO"),
+        ("TTFT p50/p90/p99", lat(r.ttft_s)), ("TPOT p50/p90/p99", lat(r.tpot_s)),
+        ("replay", f"{r.requests:,} requests per run, bisected from {r.bracket_rate:.4g} req/s "
+                   "(1.25x the instance kept full)"),
     ]))

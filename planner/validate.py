@@ -207,7 +207,7 @@ def _server(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
     """Output tokens/s of one instance at the most Poisson load whose TTFT and TPOT percentiles
     meet the point's bounds (MLPerf's Server and Interactive scenarios: the rate an instance holds
     with P99 TTFT and P99 TPOT under the benchmark's limits over a run of >= 600 s), found by
-    replaying such runs in the simulator (``_server_replay``) - the same iteration loop, KV pool
+    replaying such runs in the simulator (``serving.replayed_load``) - the same iteration loop, KV pool
     and dataset lengths the offline rows replay, so a Server row can never beat its engine's
     saturated rate; 0 where even the lightest load misses a bound."""
     if p.ttft_bound_s is None or p.tpot_bound_s is None:
@@ -218,57 +218,24 @@ def _server(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
     return _server_replay(fw.model_dump_json(), p, float(saturated)), r.regime_bounds
 
 
-SERVER_RUN_S = 600.0          # MLPerf's minimum Server duration (loadgen mlperf.conf min_duration)
-SERVER_REQUESTS = (2_000, 60_000)   # requests replayed per load: the run's, within these bounds
-SERVER_STEPS = 10             # bisection steps on the rate (resolution: the bracket / 1,024)
-STABLE = 0.97                 # a load is held if completions keep up with arrivals (a backlog that grows does not)
-
-
 @lru_cache(maxsize=256)
 def _server_replay(fw_json: str, p: Point, saturated_rate: float) -> float:
-    """Output tokens/s at the largest Poisson rate whose replayed run meets ``p``'s bounds at its
-    percentile (TTFT with the front end's per-request time, TPOT per request as MLPerf's loadgen
-    counts it: (last token - first token) / (output - 1)), by bisection between 0 and a rate the
-    engine cannot hold (1.25x its saturated closed-loop rate, doubled until it fails). Requests:
-    the dataset's lengths (``p.lengths``) or the point's fixed ones, as many as
-    ``SERVER_RUN_S`` of the bracket's rate brings (a near-capacity rate's queue grows slowly: a
-    short replay would pass it); one seeded draw of gaps, scaled by 1 / rate, so feasibility moves
-    with the rate alone. The first tenth of arrivals is warm-up (``simulate``); a load whose
-    completions fall behind its arrivals (``STABLE``) is not held, whatever the bounds."""
+    """Output tokens/s at the largest Poisson rate whose replayed run of ``p``'s requests (its
+    dataset's lengths, or its fixed ones) meets ``p``'s bounds at its percentile
+    (``replayed_load.max_load_replayed``)."""
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.parallel import Layout
-    from planner.serving.simulate import IterationTable, simulate
+    from planner.serving.replayed_load import max_load_replayed
+    from planner.serving.slo import SLO, Target
 
     fw = Framework.model_validate_json(fw_json)
     m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
     engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
                            p.prefill_delay_passes, p.draft)
-    hi = 1.25 * saturated_rate
-    n = int(np.clip(SERVER_RUN_S * hi, *SERVER_REQUESTS))
-    w = _lengths(p)
-    inp, out = w.sample(n, seed=0)[1:] if w else (np.full(n, p.input_len), np.full(n, p.output_len))
-    lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
-    table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)
-    gaps = np.random.default_rng(1).exponential(1.0, n)
-    q = float(p.slo_percentile[1:])
-
-    def meets(rate: float) -> bool:
-        arrival = np.cumsum(gaps / rate)
-        r = simulate(m, hw, lay, dtypes, engine, arrival, inp, out, table=table)
-        t0 = arrival[0] + 0.1 * (arrival[-1] - arrival[0])          # simulate's warm-up
-        offered = np.count_nonzero(arrival >= t0) / (arrival[-1] - t0)
-        return bool(r.requests_per_s >= STABLE * offered and np.percentile(r.ttft_s, q) <= p.ttft_bound_s
-                    and np.percentile(r.tpot_s, q) <= p.tpot_bound_s)
-
-    for _ in range(4):
-        if not meets(hi):
-            break
-        hi *= 2.0
-    lo = 0.0
-    for _ in range(SERVER_STEPS):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
-    return lo * float(out.mean())
+    slo = SLO(ttft_s=Target(**{p.slo_percentile: p.ttft_bound_s}), tpot_s=Target(**{p.slo_percentile: p.tpot_bound_s}))
+    r = max_load_replayed(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine,
+                          slo, saturated_rate, input_len=p.input_len, output_len=p.output_len, lengths=_lengths(p))
+    return r.output_tokens_per_s
 
 
 WAVE_ITERATIONS = 30

@@ -355,6 +355,21 @@ def test_throughput_cli_p99_slo_is_the_stricter_bound():
     assert bad.exit_code != 0 and "--tpot-p99" in bad.stderr and "must not decrease" in bad.stderr
 
 
+def test_throughput_cli_replayed_slo_load_meets_it_and_stays_near_the_analytic_answer():
+    # --replay bisects the rate on simulated Poisson runs (600 s of requests): its latencies at the
+    # held load meet the bounds, and with fixed lengths it lands near the mean-field curve's answer
+    # (the two model the same engine: within 15%); without an SLO it is an input error
+    analytic = json.loads(runner.invoke(app, [*TP, "--ttft-p99", "1.0", "--tpot-p99", "0.05"]).stdout)
+    r = runner.invoke(app, [*TP, "--ttft-p99", "1.0", "--tpot-p99", "0.05", "--replay"])
+    assert r.exit_code == 0, r.stderr
+    replayed = json.loads(r.stdout)
+    assert replayed["ttft_s"]["p99"] <= 1.0 and replayed["tpot_s"]["p99"] <= 0.05
+    assert replayed["requests_per_s"] == pytest.approx(analytic["requests_per_s"], rel=0.15)
+    assert replayed["requests"] >= 2000 and replayed["bracket_rate"] > replayed["requests_per_s"]
+    bad = runner.invoke(app, [*TP, "--rate", "2", "--replay"])
+    assert bad.exit_code == 2 and "--replay" in bad.stderr
+
+
 def test_throughput_cli_rate_is_littles_law_and_monotone():
     lo, hi = (json.loads(runner.invoke(app, [*TP, "--rate", r]).stdout) for r in ("1", "6"))
     for p in (lo, hi):   # sequences decoding = arrival rate x time a request spends decoding (Little)
