@@ -480,3 +480,8 @@ def test_a_triton_fused_moe_layer_runs_at_its_measured_share_of_the_dense_platea
         assert layer_s(vllm, tokens) == pytest.approx(measured[tokens], rel=0.05)
         assert layer_s(deepgemm, tokens) < 0.85 * measured[tokens]
     assert layer_s(vllm, 128) == pytest.approx(layer_s(deepgemm, 128), rel=1e-3)
+    # --explain names the grouped share and its source beside the plateau
+    (row,) = [r for r in operator_breakdown(planner.estimate("mixtral-8x7b", vllm, tp=2, batch=1, input_len=1536,
+                                                             output_len=2))
+              if r["phase"] == "prefill" and r["op"] == "experts"]
+    assert "x grouped 0.70" in row["efficiency"] and "PR #24700" in row["source"]

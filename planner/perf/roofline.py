@@ -371,6 +371,9 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
         if cap is not None:
             return ideal, f"weight-only {'grouped ' if op.grouped else ''}GEMM {cap.value:.2f} of peak + {fixed}", \
                 cap.source
+        if op.grouped:      # the MoE kernel's share of the dense plateau (Efficiency.grouped_gemm)
+            return ideal, f"GEMM plateau {plateau.value:.2f} x grouped {eff.grouped_gemm.value:.2f} + {fixed}", \
+                f"{plateau.source}; grouped: {eff.grouped_gemm.source}"
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
