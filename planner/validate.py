@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
-from planner.errors import PlannerError
+from planner.errors import InfeasibleError, PlannerError
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
@@ -233,8 +233,12 @@ def _server_replay(fw_json: str, p: Point, saturated_rate: float) -> float:
     engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
                            p.prefill_delay_passes, p.draft)
     slo = SLO(ttft_s=Target(**{p.slo_percentile: p.ttft_bound_s}), tpot_s=Target(**{p.slo_percentile: p.tpot_bound_s}))
-    r = max_load_replayed(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype), engine,
-                          slo, saturated_rate, input_len=p.input_len, output_len=p.output_len, lengths=_lengths(p))
+    try:
+        r = max_load_replayed(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype),
+                              engine, slo, saturated_rate, input_len=p.input_len, output_len=p.output_len,
+                              lengths=_lengths(p))
+    except InfeasibleError:
+        return 0.0
     return r.output_tokens_per_s
 
 

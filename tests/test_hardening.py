@@ -368,6 +368,9 @@ def test_throughput_cli_replayed_slo_load_meets_it_and_stays_near_the_analytic_a
     assert replayed["requests"] >= 2000 and replayed["bracket_rate"] > replayed["requests_per_s"]
     bad = runner.invoke(app, [*TP, "--rate", "2", "--replay"])
     assert bad.exit_code == 2 and "--replay" in bad.stderr
+    # an SLO no load meets is an answer that names the bounds missed, as the analytic path's is
+    none = runner.invoke(app, [*TP, "--ttft-p99", "0.001", "--tpot-p99", "0.001", "--replay"])
+    assert none.exit_code == 1 and "misses the SLO" in none.stderr and "tpot_s.p99" in none.stderr
 
 
 def test_throughput_cli_rate_is_littles_law_and_monotone():

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.errors import InfeasibleError
 from planner.serving.slo import PERCENTILES, SLO
 
 RUN_S = 600.0                  # MLPerf's minimum Server duration (loadgen mlperf.conf min_duration)
@@ -24,8 +25,7 @@ STABLE = 0.97                  # a load is held if completions keep up with arri
 
 @dataclass(frozen=True)
 class ReplayedLoad:
-    """The held load and its replayed latencies (seconds, per percentile); 0 req/s (and NaN
-    latencies) where even the lightest load misses a bound."""
+    """The held load and its replayed latencies (seconds, per percentile)."""
 
     requests_per_s: float
     output_tokens_per_s: float
@@ -46,7 +46,8 @@ def max_load_replayed(model, hw, lay, dtypes, engine, slo: SLO, saturated_rate: 
     bracket's rate brings (a near-capacity load's queue grows slowly: a short run would pass
     it); one seeded draw of gaps scaled by 1 / rate, so feasibility moves with the rate alone.
     The first tenth of arrivals is warm-up (``simulate``); a load whose completions fall behind
-    its arrivals (``STABLE``) is not held, whatever the bounds. ``slo.attainment`` is not used."""
+    its arrivals (``STABLE``) is not held, whatever the bounds. ``slo.attainment`` is not used.
+    Raises ``InfeasibleError`` (with the bounds missed) where even 1/1,024 of the bracket misses."""
     from planner.serving.simulate import IterationTable, simulate
 
     hi = 1.25 * float(saturated_rate)
@@ -74,16 +75,23 @@ def max_load_replayed(model, hw, lay, dtypes, engine, slo: SLO, saturated_rate: 
         if not run(hi)[0]:
             break
         hi *= 2.0
-    lo, best = 0.0, None
+    lo, best, lightest = 0.0, None, None
     for _ in range(STEPS):
         mid = 0.5 * (lo + hi)
         held, r = run(mid)
         lo, hi, best = (mid, hi, r) if held else (lo, mid, best)
+        lightest = lightest if held else (mid, r)
+    if best is None:
+        rate, r = lightest
+        missed = [f"{metric}.{p} {np.percentile(getattr(r, metric), float(p[1:])):.3g} s > {bound:g} s"
+                  for metric, p, bound in bounds if np.percentile(getattr(r, metric), float(p[1:])) > bound]
+        raise InfeasibleError(f"{model.name} tp={lay.tp} pp={lay.pp} ep={lay.ep} on {hw.name} misses the SLO even at "
+                              f"{rate:.3g} req/s, the lightest load replayed "
+                              f"({'; '.join(missed) or 'completions fall behind arrivals'}); try a larger tp or a "
+                              "faster chip")
     pct = lambda x: {p: float(np.percentile(x, float(p[1:]))) for p in PERCENTILES}  # noqa: E731
-    nan = {p: float("nan") for p in PERCENTILES}
-    return ReplayedLoad(requests_per_s=lo, output_tokens_per_s=lo * float(out.mean()),
-                        ttft_s=pct(best.ttft_s) if best else nan, tpot_s=pct(best.tpot_s) if best else nan,
-                        requests=n, bracket_rate=start)
+    return ReplayedLoad(requests_per_s=lo, output_tokens_per_s=lo * float(out.mean()), ttft_s=pct(best.ttft_s),
+                        tpot_s=pct(best.tpot_s), requests=n, bracket_rate=start)
 
 
 def replayed_max_load(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len: int, output_len: int,
