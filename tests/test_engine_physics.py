@@ -485,3 +485,24 @@ def test_a_triton_fused_moe_layer_runs_at_its_measured_share_of_the_dense_platea
                                                              output_len=2))
               if r["phase"] == "prefill" and r["op"] == "experts"]
     assert "x grouped 0.70" in row["efficiency"] and "PR #24700" in row["source"]
+
+
+def test_an_engines_moe_kernel_family_may_differ_by_format():
+    """TensorRT-LLM's PyTorch backend runs block-scaled FP8 experts with DeepGEMM (the profiles'
+    0.93 of the dense plateau) but NVFP4 experts on Blackwell with its CUTLASS / TRTLLM-gen MoE
+    (0.70, as the C++ engines): an expert GEMM's compute time in FP4 is 0.93 / 0.70 = 1.33x the
+    DeepGEMM share's, its FP8 one unchanged, and a dense GEMM in either format is not touched."""
+    from planner.catalog.dtypes import DType
+    from planner.perf.ops import Op, OpKind
+    from planner.perf.roofline import op_time
+
+    trt = with_framework(hardware("b200"), "tensorrt-llm-pytorch")
+    eff = trt.efficiency
+    assert eff.grouped_share(DType.fp4).value == 0.70 and eff.grouped_share(DType.fp8).value == 0.93
+    deepgemm = trt.model_copy(update={"efficiency": eff.model_copy(update={"grouped_by_format": {}})})
+    dtypes = planner.perf.estimate.resolve_dtypes(planner.model("qwen3-235b-a22b"), "fp4", "fp8")
+    experts = Op("experts", OpKind.gemm, 1, flops=1e15, grouped=True)
+    dense = Op("up", OpKind.gemm, 1, flops=1e15)
+    assert op_time(trt, experts, dtypes).compute_s == pytest.approx(
+        op_time(deepgemm, experts, dtypes).compute_s * 0.93 / 0.70)
+    assert op_time(trt, dense, dtypes).compute_s == pytest.approx(op_time(deepgemm, dense, dtypes).compute_s)

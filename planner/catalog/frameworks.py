@@ -62,6 +62,7 @@ class Framework(Frozen):
     # its MoE grouped-GEMM kernels' rate as a fraction of the dense plateau (Efficiency.grouped_gemm:
     # the profiles' default is DeepGEMM's; Triton fused_moe / CUTLASS MoE kernels reach less)
     grouped_gemm: Fraction | None = None
+    grouped_gemm_by_format: dict[DType, Fraction] = {}   # the same per operand format (Efficiency.grouped_by_format)
     # a quantized format's GEMM throughput on this engine's path (activation quantization + GEMM +
     # dequantization) relative to the same GEMM in BF16: caps the profile's plateau of that format,
     # which describes the matrix unit's rate (2x BF16 for INT8 on an Ascend cube)
@@ -136,6 +137,8 @@ class Framework(Frozen):
                 update[field] = getattr(self, field)
         if self.ep_bulk:
             update["ep_bulk"] = self.ep_bulk
+        if self.grouped_gemm_by_format:
+            update["grouped_by_format"] = {**eff.grouped_by_format, **self.grouped_gemm_by_format}
         for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value

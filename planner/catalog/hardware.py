@@ -276,6 +276,9 @@ class Efficiency(Frozen):
                                    note="max/mean expert load from routing skew; set by a framework")
     grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
                                       note="MoE grouped GEMMs reach this fraction of the dense plateau")
+    # the same for one operand format where the engine runs another MoE kernel family for it (e.g.
+    # its NVFP4 MoE on Blackwell is not the DeepGEMM path its FP8 MoE takes on Hopper)
+    grouped_by_format: dict[DType, Fraction] = {}
     # MoE grouped GEMMs whose experts are in a weight-only format (INT4/FP4 weights the chip has no
     # matrix rate for, BF16 activations: W4A16) dequantize every weight tile on the vector/CUDA
     # cores in the kernel's main loop (vLLM's Marlin MoE): their compute plateau, as a fraction of
@@ -310,6 +313,11 @@ class Efficiency(Frozen):
         """Achievable fraction of peak of large GEMMs in ``fmt`` (the format-specific
         measurement if the profile has one, else the general ``gemm``)."""
         return (self.gemm_by_format.get(fmt) or self.gemm).value
+
+    def grouped_share(self, fmt: DType) -> Fraction:
+        """Fraction of the dense plateau MoE grouped GEMMs in ``fmt`` reach (the format's own
+        figure if the engine names one, else ``grouped_gemm``)."""
+        return self.grouped_by_format.get(fmt) or self.grouped_gemm
 
 
 class HardwareProfile(Frozen):

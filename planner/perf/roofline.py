@@ -248,7 +248,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         memory = (weight + moved) / (bw * eff.memory.value * keys / (keys + att.decode_half_ctx.value))
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
-        grouped = eff.grouped_gemm.value if op.grouped else 1.0
+        grouped = eff.grouped_share(fmt).value if op.grouped else 1.0
         by_format = eff.memory_by_format.get(op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else None
         stream = (by_format or eff.memory).value
         # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
@@ -284,7 +284,7 @@ def _weight_only_cap(hw: HardwareProfile, op: Op, dtypes: DTypes, fmt: DType) ->
     weight = op.weight_dtype or dtypes.weight
     if cap is None or weight.bytes >= DType.bf16.bytes or hw.compute_dtype(weight) is not DType.bf16:
         return None
-    return cap if cap.value < eff.gemm_plateau(fmt) * (eff.grouped_gemm.value if op.grouped else 1.0) else None
+    return cap if cap.value < eff.gemm_plateau(fmt) * (eff.grouped_share(fmt).value if op.grouped else 1.0) else None
 
 
 def _never_idle(flops: np.ndarray, nbytes: np.ndarray) -> bool:
@@ -371,9 +371,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
         if cap is not None:
             return ideal, f"weight-only {'grouped ' if op.grouped else ''}GEMM {cap.value:.2f} of peak + {fixed}", \
                 cap.source
-        if op.grouped:      # the MoE kernel's share of the dense plateau (Efficiency.grouped_gemm)
-            return ideal, f"GEMM plateau {plateau.value:.2f} x grouped {eff.grouped_gemm.value:.2f} + {fixed}", \
-                f"{plateau.source}; grouped: {eff.grouped_gemm.source}"
+        if op.grouped:      # the MoE kernel's share of the dense plateau (Efficiency.grouped_share)
+            share = eff.grouped_share(fmt)
+            return ideal, f"GEMM plateau {plateau.value:.2f} x grouped {share.value:.2f} + {fixed}", \
+                f"{plateau.source}; grouped: {share.source}"
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
