@@ -4,7 +4,8 @@ Prints: analytic candidate evaluations per second (one candidate = a layout's wh
 curve of queueing.GRID = 48 load points); simulated requests per CPU-second of the colocated and the
 disaggregated (Splitwise pools) simulators, with the reference Python loop and, when numba is
 installed (``pip install "planner[fast]"``), the compiled kernels; numba's compile and cache-load
-time; and wall times of `planner whatif` and `planner plan` including interpreter start-up.
+time; and wall times of `planner whatif`, `planner plan` and `planner throughput --replay` including
+interpreter start-up.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def main() -> None:
                             "16", "--input-len", "2048", "--output-len", "256", "--json"]),
         ("planner plan chat-h100 (with 20k-request simulator check)",
          ["plan", str(ROOT / "scenarios/chat-h100.yaml"), "--json"]),
+        ("planner throughput --replay (P99 SLO load by replayed runs, Llama-3.1-70B TP8)",
+         ["throughput", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "8", "-i", "2048", "-o", "256",
+          "--ttft-p99", "1.0", "--tpot-p99", "0.05", "--replay", "--json"]),
     ):
         t = best_of(lambda cmd=cmd: subprocess.run([sys.executable, "-m", "planner.cli", *cmd], check=True,
                                                    capture_output=True))
