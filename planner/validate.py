@@ -228,10 +228,7 @@ def _server_replay(fw_json: str, p: Point, saturated_rate: float) -> float:
     from planner.serving.replayed_load import max_load_replayed
     from planner.serving.slo import SLO, Target
 
-    fw = Framework.model_validate_json(fw_json)
-    m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
-    engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
-                           p.prefill_delay_passes, p.draft)
+    m, hw, engine = _replay_inputs(fw_json, p)
     slo = SLO(ttft_s=Target(**{p.slo_percentile: p.ttft_bound_s}), tpot_s=Target(**{p.slo_percentile: p.tpot_bound_s}))
     try:
         r = max_load_replayed(m, hw, Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype),
@@ -265,10 +262,7 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     from planner.perf.parallel import Layout
     from planner.serving.simulate import IterationTable, simulate
 
-    fw = Framework.model_validate_json(fw_json)
-    m, hw = _replayed(p.model), fw.apply(hardware(p.hardware))
-    engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
-                           p.prefill_delay_passes, p.draft)
+    m, hw, engine = _replay_inputs(fw_json, p)
     n = int(p.num_requests or 1)
     c = min(int(p.concurrency or n), n)
     # requests drawn from the benchmark's dataset where the point names it (a fixed seed: the same
@@ -290,6 +284,14 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         if np.array_equal(nxt, arrival):
             break
     return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(out.sum()) / r.makespan_s
+
+
+def _replay_inputs(fw_json: str, p: Point):
+    """(model, hardware as the framework sees it, engine sized as the run was) of a replayed point."""
+    fw = Framework.model_validate_json(fw_json)
+    engine = _sized_engine(fw, p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
+                           p.prefill_delay_passes, p.draft)
+    return _replayed(p.model), fw.apply(hardware(p.hardware)), engine
 
 
 def _lengths(p: Point):

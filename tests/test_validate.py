@@ -72,15 +72,15 @@ def test_modern_nvidia_points():
 
 def test_tensorrt_llm_throughput_table():
     """TensorRT-LLM's published offline throughput (117 rows: Llama-3.1-8B/3.3-70B/3.1-405B and
-    Qwen3-235B on H100, H200, B200, Qwen3-30B-A3B on B200). The framework entry is fitted on the eight 1000/1000 Hopper rows
-    only. Held-out Hopper rows: median 10%, P90 19% -> asserted at 12% / 25%. B200 NVFP4 rows were
-    over-predicted by a median 32% while the FP4 plateau was the BF16 one; with the measured NVFP4
-    rate of an engine that quantizes activations in a kernel of its own (2.2x its BF16 GEMM rate,
-    the PyTorch backend's default at TP1) and FP4 weight streaming at 0.44 of HBM they are at a
-    median -10% (|error| 13%) -> asserted within +-20% so that a regression shows (session 19: -4%
-    with NVFP4 experts at the non-DeepGEMM grouped share). Session 19 added the page's ten
-    Qwen3-30B-A3B rows on one B200 (held out, +24..+70%: the README's "does not capture"); the
-    B200 median over all 40 rows is -2%, asserted the same way."""
+    Qwen3-235B on H100, H200, B200, Qwen3-30B-A3B on B200). The framework entry is fitted on the
+    eight 1000/1000 Hopper rows only. Held-out Hopper rows: median 10%, P90 19% -> asserted at 12% /
+    25%. B200 NVFP4 rows were over-predicted by a median 32% while the FP4 plateau was the BF16 one;
+    with the measured NVFP4 rate of an engine that quantizes activations in a kernel of its own
+    (2.2x its BF16 GEMM rate, the PyTorch backend's default at TP1) and FP4 weight streaming at 0.44
+    of HBM they are at a median -10% (|error| 13%) -> asserted within +-20% so that a regression
+    shows (session 19: -4% with NVFP4 experts at the non-DeepGEMM grouped share). Session 19 added
+    the page's ten Qwen3-30B-A3B rows on one B200 (held out, +24..+70%: the README's "does not
+    capture"); the B200 median over all 40 rows is -2%, asserted the same way."""
     import numpy as np
     rows = [r for r in validate()["points"] if r["id"].startswith("trtllm-")]
     assert len(rows) == 117

@@ -61,14 +61,17 @@ def max_load_replayed(model, hw, lay, dtypes, engine, slo: SLO, saturated_rate: 
     bounds = [(metric, p, bound) for metric in ("ttft_s", "tpot_s", "e2e_s")
               for p, bound in getattr(slo, metric).items()]
 
+    def missed(r) -> list[str]:
+        """The bounds run ``r`` misses, in words."""
+        out_of = [(metric, p, bound, np.percentile(getattr(r, metric), float(p[1:]))) for metric, p, bound in bounds]
+        return [f"{metric}.{p} {v:.3g} s > {bound:g} s" for metric, p, bound, v in out_of if v > bound]
+
     def run(rate: float):
         arrival = np.cumsum(gaps / rate)
         r = simulate(model, hw, lay, dtypes, engine, arrival, inp, out, table=table)
         t0 = arrival[0] + 0.1 * (arrival[-1] - arrival[0])          # simulate's warm-up
         offered = np.count_nonzero(arrival >= t0) / (arrival[-1] - t0)
-        held = r.requests_per_s >= STABLE * offered and all(
-            np.percentile(getattr(r, metric), float(p[1:])) <= bound for metric, p, bound in bounds)
-        return held, r
+        return r.requests_per_s >= STABLE * offered and not missed(r), r
 
     start = hi
     for _ in range(4):
@@ -83,11 +86,9 @@ def max_load_replayed(model, hw, lay, dtypes, engine, slo: SLO, saturated_rate: 
         lightest = lightest if held else (mid, r)
     if best is None:
         rate, r = lightest
-        missed = [f"{metric}.{p} {np.percentile(getattr(r, metric), float(p[1:])):.3g} s > {bound:g} s"
-                  for metric, p, bound in bounds if np.percentile(getattr(r, metric), float(p[1:])) > bound]
         raise InfeasibleError(f"{model.name} tp={lay.tp} pp={lay.pp} ep={lay.ep} on {hw.name} misses the SLO even at "
                               f"{rate:.3g} req/s, the lightest load replayed "
-                              f"({'; '.join(missed) or 'completions fall behind arrivals'}); try a larger tp or a "
+                              f"({'; '.join(missed(r)) or 'completions fall behind arrivals'}); try a larger tp or a "
                               "faster chip")
     pct = lambda x: {p: float(np.percentile(x, float(p[1:]))) for p in PERCENTILES}  # noqa: E731
     return ReplayedLoad(requests_per_s=lo, output_tokens_per_s=lo * float(out.mean()), ttft_s=pct(best.ttft_s),
