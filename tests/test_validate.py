@@ -99,14 +99,15 @@ def test_cloudmatrix384_reproduction():
     (prefill) and -6% / -1% / +33% (decode; the package view gave -10% / -7% / +25%: too little
     slope, and the intercept both ways). Tolerances: prefill 25% (no SP-TP-SP MLA overheads,
     perfectly balanced experts: the paper's 'perfect EPLB'); decode at 96 and 24 per NPU 12% each;
-    at 8 per NPU 45%: the step's fixed part is still too large - 61 layers x 2 dispatch/combine
-    latencies, 3 ms of assumed step time and per-kernel latencies that the paper's decode
-    microbatch pipelining partly hides at small batch, which the model does not overlap
-    (``overlap_moe_comm`` is off for this engine: see its source)."""
+    at 8 per NPU 35% (+30% since session 20, +39% before): the step's fixed part is still too
+    large - 61 layers x 2 dispatch/combine latencies and per-kernel latencies that the paper's
+    decode microbatch pipelining partly hides at small batch, which the model does not overlap
+    (``overlap_moe_comm`` is off for this engine: see its source); the host's part is the paper's
+    one static-graph dispatch per step (0.7 ms; it was the Ascend profiles' assumed 3 ms)."""
     rows = {r["id"]: r for r in validate()["points"]}
     assert abs(rows["cm384-prefill"]["rel_error"]) <= 0.25
     assert abs(rows["cm384-decode-b96"]["rel_error"]) <= 0.12 and abs(rows["cm384-decode-b24"]["rel_error"]) <= 0.12
-    assert 0 < rows["cm384-decode-b8"]["rel_error"] <= 0.45
+    assert 0 < rows["cm384-decode-b8"]["rel_error"] <= 0.35
 
 
 def test_cloudmatrix384_mtp_helps_small_batches_most():
@@ -124,8 +125,8 @@ def test_cloudmatrix384_mtp_helps_small_batches_most():
 def test_cloudmatrix384_decode_at_tpot_bounds():
     """The paper's headline decode figures are throughputs at a TPOT bound: 1,943 tokens/s per NPU
     under 50 ms, 538 under 15 ms. The model, searching the batch itself, over-estimates the first
-    (2,141 at 107 per NPU, +10%; asserted within +50% as a regression) and finds 15 ms out of reach,
-    with a floor of 17.8 ms at one sequence per NPU: dispatch and combine at the profile's UB
+    (2,166 at 108 per NPU, +11.5%; asserted within +50% as a regression) and finds 15 ms out of reach,
+    with a floor of 17.4 ms at one sequence per NPU: dispatch and combine at the profile's UB
     all-to-all latency are ~30% of that step, and each die reads the whole BF16 LM head twice (main
     model and MTP module, 1.85 GB each: ~2.8 ms; the paper does not say the head's format).
     Within 35% of the paper's 14.9 ms at batch 8, the intercept the model misses (README:
