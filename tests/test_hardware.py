@@ -119,3 +119,22 @@ def test_mi325x_gemm_plateau_is_mi300xs_at_its_sustained_clock():
     a, b = hardware("mi300x"), hardware("mi325x")
     assert a.peak_flops[DType.fp8].value == b.peak_flops[DType.fp8].value
     assert b.efficiency.gemm.value / a.efficiency.gemm.value == pytest.approx(1447 / 1207, rel=0.02)
+
+
+# The best dense matmul measured on each device, TFLOP/s: the Maximum Achievable Matmul FLOPS table
+# (stas00/ml-engineering compute/accelerator/README.md: the best shape of a brute-force torch.matmul
+# sweep, mean of 100 iterations after 50 warm-up), or a faster measured sweep where a profile cites
+# one (MI355X: HipKittens' hipBLASLt 1,579.2 at 16384^3, above MAMF's 1,565.0). A profile's GEMM
+# plateau is what LLM-shaped GEMMs sustain, so it may not exceed the best any shape reached, beyond
+# the rounding of a two-digit plateau (A100 held NanoFlow's 0.90, 281 TFLOP/s, until session 20).
+BEST_MATMUL_TFLOPS = [("a100-80g", "bf16", 271.2), ("h100-sxm", "bf16", 794.5), ("h200", "bf16", 794.5),
+                      ("b200", "bf16", 1745.0), ("mi300x", "bf16", 668.4), ("mi325x", "bf16", 784.9),
+                      ("mi355x", "bf16", 1579.2), ("h100-sxm", "fp8", 1402.6), ("h200", "fp8", 1453.4),
+                      ("b200", "fp8", 3432.5)]
+
+
+@pytest.mark.parametrize(("name", "fmt", "best_tflops"), BEST_MATMUL_TFLOPS)
+def test_gemm_plateau_is_at_most_the_best_measured_matmul(name, fmt, best_tflops):
+    hw = planner.hardware(name)
+    sustained = hw.peak_flops[DType(fmt)].value * hw.efficiency.gemm_plateau(DType(fmt))
+    assert sustained <= best_tflops * 1e12 * 1.005
