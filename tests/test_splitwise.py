@@ -68,7 +68,8 @@ def test_iso_cost_aa_vs_h100_reproduces_1_4x_on_splitwisesims_lookup(iso_cost_lo
 
 def test_iso_power_aa_vs_a100_on_splitwisesims_lookup(iso_power_lookup):
     # Paper Sec. 6.2: Splitwise-AA 2.15x Baseline-A100 at the same power and cost; the design model
-    # gives 2.43x on SplitwiseSim's lookup. Tolerance 20%, as above.
+    # gives 2.54x on SplitwiseSim's lookup (2.43x before the A100 plateau took MAMF's 0.87: the
+    # baseline's mixed iterations scale their prompt part by the roofline). Tolerance 20%, as above.
     r = _ratio(iso_power_lookup, "Splitwise-AA", "Baseline-A100")
     assert r["throughput"] == pytest.approx(2.15, rel=0.20)
     assert r["cost"] == pytest.approx(1.0) and r["power"] == pytest.approx(1.0)
