@@ -48,6 +48,9 @@ class Point(Frozen):
     output_len: int = Field(ge=1)
     batch: int | None = Field(None, ge=1)
     concurrency: int | None = Field(None, ge=1)
+    request_rate: float | None = Field(None, gt=0, description="an open-loop run: the Poisson rate (requests/s) "
+                                       "at which the benchmark sent its num_requests (vLLM / SGLang bench_serving "
+                                       "--request-rate, burstiness 1), replayed by the simulator")
     mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
     draft: str | None = Field(None, description="the EAGLE-3 draft model that proposed them (catalog.draft name), "
@@ -82,6 +85,9 @@ class Point(Frozen):
         the point is written."""
         from planner.checks import located
 
+        if self.request_rate is not None and (self.num_requests is None or self.concurrency is not None):
+            raise located("request_rate", "an open-loop run needs num_requests (the prompts sent at that rate) "
+                          "and no concurrency (a closed loop of clients)")
         if self.metric == "server_output_tokens_per_s" and (self.ttft_bound_s is None or self.tpot_bound_s is None):
             raise located("ttft_bound_s", "server_output_tokens_per_s needs ttft_bound_s and tpot_bound_s")
         if self.metric == "decode_tokens_per_s_per_device_at_tpot_bound" and self.tpot_bound_s is None:
@@ -174,7 +180,7 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
         r = _closed_loop(fw.model_dump_json(), p.hardware, p.model, p.input_len, p.output_len, p.concurrency,
                          tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
                          p.draft)
-        if p.num_requests and (p.concurrency or p.metric == "offline_output_tokens_per_s"):
+        if p.num_requests and (p.concurrency or p.request_rate or p.metric == "offline_output_tokens_per_s"):
             ttft, tpot, out = _replay(fw.model_dump_json(), p.model_copy(update={"metric": "ttft_s"}))
             return {"ttft_s": ttft, "tpot_s": tpot}.get(p.metric, out), r.regime_bounds
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
@@ -253,11 +259,12 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     and the steady state, where clients have drifted apart, does not have. Request ``j`` is client
     ``j mod C``'s ``(j // C)``-th: its arrival is its predecessor's completion plus the front end's
     per-request time, a fixed point found by re-simulating (arrivals only move later, so it
-    settles in a few rounds). Without a concurrency, an offline run (vLLM benchmark_throughput,
-    trtllm-bench): all N queued at time 0. Such runs move in lockstep waves - every running
-    sequence reaches prompt + output together, so an engine that pages KV on demand (vLLM) runs
-    out of blocks at the end of a wave and preempts and recomputes - and pay the last wave's
-    ramp-down; output tokens/s is over the makespan."""
+    settles in a few rounds). With ``p.request_rate``, an open loop (bench_serving --request-rate):
+    Poisson arrivals at that rate (one seeded draw), the first at time 0. Without either, an offline
+    run (vLLM benchmark_throughput, trtllm-bench): all N queued at time 0. Such runs move in
+    lockstep waves - every running sequence reaches prompt + output together, so an engine that
+    pages KV on demand (vLLM) runs out of blocks at the end of a wave and preempts and recomputes -
+    and pay the last wave's ramp-down; output tokens/s is over the makespan."""
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.parallel import Layout
     from planner.serving.simulate import IterationTable, simulate
@@ -271,6 +278,10 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     inp, out = w.sample(n, seed=0)[1:] if w else (np.full(n, p.input_len), np.full(n, p.output_len))
     lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
     table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)   # every round's lengths
+    if p.request_rate:
+        gaps = np.random.default_rng(1).exponential(1.0 / p.request_rate, n)
+        r = simulate(m, hw, lay, dtypes, engine, np.cumsum(gaps) - gaps[0], inp, out, warmup_frac=0.0, table=table)
+        return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(out.sum()) / r.makespan_s
     nxt = np.zeros(n)
     for _ in range(WAVE_ITERATIONS):           # (a run that has not settled by then keeps its last round)
         arrival = nxt

@@ -212,6 +212,30 @@ def test_closed_loop_benchmark_replays_its_synchronized_clients():
             assert ten == pytest.approx(steady, rel=0.05) and wave == pytest.approx(steady, rel=0.08)
 
 
+def test_open_loop_benchmark_replays_poisson_arrivals():
+    """bench_serving --request-rate R --num-prompts N: an open loop. At a rate where requests seldom
+    overlap (0.02 req/s against ~5 s of service) a request is served nearly alone: mean TTFT is one
+    prompt's (the closed loop's single client) within 5% (one request in ten finds another one
+    decoding, whose step its prompt shares) and output tokens/s is what arrives, R x output,
+    within the Poisson draw's spread over 200 requests (10%); at a rate past the engine's it
+    cannot exceed the offline run of the same requests; and the point needs its prompt count and
+    no concurrency (file:line error otherwise)."""
+    from planner.errors import InputError
+    from planner.validate import Point, load_points, predict
+
+    pts = {p.id: p for p in load_points().points}
+    c1 = pts["nim-llama8b-h100-tp1-fp8-1000-1000-c1-ttft"].model_copy(update={"num_requests": 10})
+    slow = {kind: c1.model_copy(update={"concurrency": None, "request_rate": 0.02, "num_requests": 200,
+                                        "metric": kind}) for kind in ("ttft_s", "output_tokens_per_s")}
+    assert predict(c1) <= predict(slow["ttft_s"]) <= 1.05 * predict(c1)
+    assert predict(slow["output_tokens_per_s"]) == pytest.approx(0.02 * 1000, rel=0.10)
+    fast = slow["output_tokens_per_s"].model_copy(update={"request_rate": 1e4, "num_requests": 2000})
+    offline = fast.model_copy(update={"request_rate": None, "metric": "offline_output_tokens_per_s"})
+    assert predict(fast) <= predict(offline) * 1.001
+    with pytest.raises((InputError, ValueError), match="request_rate"):
+        Point.model_validate(c1.model_dump() | {"request_rate": 1.0})          # with a concurrency
+
+
 def test_a_910c_package_serves_as_two_910b_dies():
     """SGLang's Ascend page runs the same Qwen3-32B W8A8 settings on A3 (910C, 2 dies per card) and
     A2 (910B, one die per card) with the same number of dies: measured TPOTs agree within 3%
