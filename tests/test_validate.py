@@ -95,9 +95,10 @@ def test_cloudmatrix384_reproduction():
     with MTP (1 draft token, ~70% accepted, as deployed) at TPOT 49.4 / 24.6 / 14.9 ms for 96 / 24 / 8
     sequences per NPU. Timed per die (each of a 910C's two dies is a rank: DP attention on every die,
     so each die streams all of MLA's weights) with the UB all-to-all latency of the paper's Table 6
-    (70 us) and the shared expert on dies of its own (EP320's 32 replicas), the model gives +8%
-    (prefill) and -6% / -1% / +33% (decode; the package view gave -10% / -7% / +25%: too little
-    slope, and the intercept both ways). Tolerances: prefill 25% (no SP-TP-SP MLA overheads,
+    (70 us) and the shared expert on dies of its own (EP320's 32 replicas), the model gave +8%
+    (prefill) and -6% / -1% / +33% (decode) in session 15, and gives +1% and -7% / -2% / +30% since
+    session 20 (the package view gave -10% / -7% / +25%: too little slope, and the intercept both
+    ways). Tolerances: prefill 25% (no SP-TP-SP MLA overheads,
     perfectly balanced experts: the paper's 'perfect EPLB'); decode at 96 and 24 per NPU 12% each;
     at 8 per NPU 35% (+30% since session 20, +39% before): the step's fixed part is still too
     large - 61 layers x 2 dispatch/combine latencies and per-kernel latencies that the paper's
