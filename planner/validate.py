@@ -278,11 +278,11 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     inp, out = w.sample(n, seed=0)[1:] if w else (np.full(n, p.input_len), np.full(n, p.output_len))
     lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
     table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)   # every round's lengths
-    if p.request_rate:
+    if p.request_rate:           # an open loop: the arrivals are fixed, so one round settles it
         gaps = np.random.default_rng(1).exponential(1.0 / p.request_rate, n)
-        r = simulate(m, hw, lay, dtypes, engine, np.cumsum(gaps) - gaps[0], inp, out, warmup_frac=0.0, table=table)
-        return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(out.sum()) / r.makespan_s
-    nxt = np.zeros(n)
+        nxt = np.cumsum(gaps) - gaps[0]
+    else:
+        nxt = np.zeros(n)
     for _ in range(WAVE_ITERATIONS):           # (a run that has not settled by then keeps its last round)
         arrival = nxt
         order = np.argsort(arrival, kind="stable")
