@@ -245,6 +245,24 @@ def test_explain_names_the_all_reduce_form_it_used():
     _, text, source = explain_op(hw, op_time(hw, op, BF16), BF16)
     assert text.startswith("measured all-reduce curve") and source == "azure_bench"
 
+def test_explain_names_the_weight_format_streaming_it_applied():
+    # B200 streams NVFP4 weights of memory-bound GEMMs at its own 0.44 of HBM (memory_by_format):
+    # --explain must name that figure and its source, not the 0.85 every other byte gets
+    from planner.perf.roofline import explain_op
+
+    hw = planner.hardware("b200")
+    fp4 = DTypes(weight=DType.fp4, kv=DType.fp8, act=DType.bf16)
+    op = Op("ffn_up", OpKind.gemm, 1, flops=2.0 * 8 * 8192 * 28672, weight_bytes=8192 * 28672 * 0.5,
+            act_bytes=8 * (8192 + 28672) * 2.0)
+    t = op_time(hw, op, fp4)
+    # 117 MB of FP4 weights at 0.44 x 8 TB/s: the streaming time is the operator's memory time
+    assert float(t.memory_s) == pytest.approx(8192 * 28672 * 0.5 / (8e12 * 0.44) + 8 * (8192 + 28672) * 2.0
+                                              / (8e12 * 0.85))
+    _, text, source = explain_op(hw, t, fp4)
+    assert "fp4 weights at HBM x 0.44" in text and source.startswith("cutlass_nvfp4_membound")
+    _, text, _ = explain_op(hw, op_time(hw, op, BF16), BF16)
+    assert text.startswith("HBM x 0.85")
+
 
 @pytest.mark.parametrize("hw_name, tp, ep", [("ascend-910c", 1, 16), ("h100-sxm", 1, 32), ("h100-sxm", 1, 8)])
 def test_explain_never_shows_an_operator_faster_than_its_roofline(hw_name, tp, ep):

@@ -376,6 +376,11 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             return ideal, f"GEMM plateau {plateau.value:.2f} x grouped {share.value:.2f} + {fixed}", \
                 f"{plateau.source}; grouped: {share.source}"
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
+    weight_fmt = op.weight_dtype or dtypes.weight
+    by_format = eff.memory_by_format.get(weight_fmt) if op.kind is OpKind.gemm else None
+    if by_format is not None and float(np.ravel(np.asarray(op.weight_bytes, float))[0]) > 0:  # as op_time streams them
+        return ideal, f"{weight_fmt.value} weights at HBM x {by_format.value:.2f}, activations x " \
+                      f"{eff.memory.value:.2f} + {fixed}", f"{by_format.source}; {eff.memory.source}"
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
 
