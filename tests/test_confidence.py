@@ -33,7 +33,9 @@ def test_derate_scales_every_step_time_by_its_factor():
     slow = planner.estimate("llama-3.1-8b", derate(hw, 2.0, 3.0), batch=1, input_len=8192, output_len=64)
     assert base.prefill.bound == "compute" and base.decode.bound == "memory"
     assert slow.ttft_s / base.ttft_s == pytest.approx(2.0, rel=0.1)   # its 5 ms request overhead x3
-    assert slow.tpot_s / base.tpot_s == pytest.approx(3.0, rel=1e-6)
+    # (a batch-1 GEMM's compute, ~1/300 of its streaming, enters the 2-norm of the two at ~1e-5:
+    # doubled rather than tripled, it moves the ratio by ~1e-5)
+    assert slow.tpot_s / base.tpot_s == pytest.approx(3.0, rel=1e-4)
 
 
 def test_median_plan_is_the_model_and_hardware_objects_pass_through():

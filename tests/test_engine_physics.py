@@ -434,35 +434,48 @@ def test_absorbed_mla_runs_at_cloudmatrix_infers_measured_decode_kernel_and_pref
 
 
 def test_a_gemm_at_its_ridge_point_takes_longer_than_either_bound():
-    """Compute and HBM streaming overlap imperfectly near the ridge: a GEMM takes the cube-norm of
-    its two times (``roofline.ridge_overlap``), 2^(1/3) of either where they are equal and within
-    1.2% of the larger at a 3x ratio. DeepGEMM's grouped FP8 GEMM on H800, 4 experts x 256 tokens,
-    N 4,096, K 7,168 (its README's masked table, early 2025): 932 TFLOP/s measured. By hand: 60.1
-    GFLOP at 0.70 x 1,979 TFLOP/s = 43.4 us; 117.4 MB of FP8 weights and 15.7 MB of activations
-    and outputs at 3.35 TB/s x 0.85 = 46.8 us; cube-norm 56.9 us + 6.2 us = 63.1 us -> 953 TFLOP/s,
-    +2.3% (the bare maximum: 53.0 us -> 1,135, +22%)."""
+    """Compute and HBM streaming overlap imperfectly near the ridge: a GEMM takes the 2-norm of its
+    two times (``roofline.ridge_overlap``), sqrt(2) of either where they are equal and within 5% of
+    the larger at a 3x ratio. The form against a measured M-sweep with the sweep's own rates (ROCm/aiter
+    a8w8_tuned_gemm.csv, MI355X CK int8, Llama-70B gate_up N 57,344, K 8,192: 2,397 TFLOP/s from
+    its M >= 4,096 rows, 5.28 TB/s from M = 1): at M = 128 / 256 / 512 the 2-norm is -3% / +2% / -4%
+    of the measured 108.1 / 135.4 / 233.9 us, the maximum -15% / -26% / -14%, the cube-norm (p = 3,
+    before session 21) -10% / -9% / -11%. DeepGEMM's grouped FP8 GEMM on H800 (4 experts x 256
+    tokens, N 4,096, K 7,168; its README's masked table, early 2025: 932 TFLOP/s) overlaps better
+    than this: by hand 60.1 GFLOP at 0.70 x 1,979 TFLOP/s = 43.4 us, 117.4 MB of FP8 weights and
+    15.7 MB of activations and outputs at 3.35 TB/s x 0.85 = 46.8 us, 2-norm 63.8 us + 5.75 us =
+    69.6 us -> 864 TFLOP/s, 7% below it (+22% above it with the bare maximum)."""
     from planner.catalog.dtypes import DType
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time, ridge_overlap
 
-    assert ridge_overlap(1.0, 1.0) == pytest.approx(2 ** (1 / 3))
-    assert ridge_overlap(np.array([3.0, 0.0]), np.array([1.0, 0.0])) == pytest.approx([3.0 * (28 / 27) ** (1 / 3), 0.0])
+    assert ridge_overlap(1.0, 1.0) == pytest.approx(2 ** 0.5)
+    assert ridge_overlap(np.array([3.0, 0.0, 1e300]), np.array([1.0, 0.0, 1e300])) == pytest.approx(
+        [10 ** 0.5, 0.0, 2 ** 0.5 * 1e300])
+    measured_us = {128: 108.1045, 256: 135.372, 512: 233.9286}
+    n, k, rate, stream = 57344, 8192, 2397e12, 5.28e12
+    for m, us in measured_us.items():
+        tc, tm = 2.0 * m * n * k / rate, (n * k + m * (n + k) * 2.0) / stream
+        assert float(ridge_overlap(tc, tm)) * 1e6 == pytest.approx(us, rel=0.05)
+        assert max(tc, tm) * 1e6 < 0.87 * us
     hw, fp8 = planner.hardware("h800"), DType.fp8
     g, m, n, k = 4, 256, 4096, 7168
     op = Op("experts", OpKind.gemm, 1, flops=2.0 * g * m * n * k, weight_bytes=g * n * k * 1.0,
             act_bytes=g * m * (k + 2 * n) * 1.0)
     t = float(op_time(hw, op, DTypes(weight=fp8, kv=fp8, act=fp8)).time_s)
-    assert 2.0 * g * m * n * k / t / 1e12 == pytest.approx(953, rel=0.005) == pytest.approx(932, rel=0.03)
+    assert 2.0 * g * m * n * k / t / 1e12 == pytest.approx(864, rel=0.005) == pytest.approx(932, rel=0.08)
 
 
 def test_a_triton_fused_moe_layer_runs_at_its_measured_share_of_the_dense_plateau():
     """vLLM PR #24700 times Mixtral-8x7B's whole fused_moe layer at TP2 on an H100 (BF16, tuned
     Triton, CUDA graph): 833.72 us at 1,024 tokens and 1,122.93 us at 1,536 (256 / 384 per expert).
     By hand at 1,536: the experts' 1,536 x 2 x 3 x 4,096 x 7,168 x 2 = 541 GFLOP at 989 TFLOP/s x
-    0.78 (plateau) x 0.70 (grouped) take 1.00 ms; with the ridge overlap (1.4x the memory time)
-    and the router and permute kernels the layer comes to ~1.12 ms. The vllm entry's 0.70 puts
-    both rows within 5%; the profiles' DeepGEMM 0.93 would make them >= 15% fast. Weight
-    streaming (128 tokens, 32 per expert) does not depend on it."""
+    0.78 (plateau) x 0.78 (grouped) take 0.90 ms; with the ridge overlap (the 2-norm with the
+    0.56 ms of streaming: 1.41 GB of weights, 0.18 GB of activations) and the router and permute
+    kernels the layer comes to ~1.12 ms. The vllm entry's 0.78 puts both rows within 5% (+1.8% /
+    -0.6%); the profiles' DeepGEMM 0.93 would make them 6% / 11% fast (the 2-norm keeps the
+    streaming's part of the layer whatever the share).
+    Weight streaming (128 tokens, 32 per expert) hardly depends on it (within 1%)."""
     from planner.perf.estimate import operator_breakdown
 
     measured = {1024: 833.72e-6, 1536: 1122.93e-6, 128: 491.39e-6}
@@ -475,22 +488,22 @@ def test_a_triton_fused_moe_layer_runs_at_its_measured_share_of_the_dense_platea
         return sum(r["time_s"] for r in operator_breakdown(e)
                    if r["phase"] == "prefill" and r["op"] in ("router", "moe_permute", "experts")) / 32
 
-    assert vllm.efficiency.grouped_gemm.value == 0.70 and deepgemm.efficiency.grouped_gemm.value == 0.93
+    assert vllm.efficiency.grouped_gemm.value == 0.78 and deepgemm.efficiency.grouped_gemm.value == 0.93
     for tokens in (1024, 1536):
         assert layer_s(vllm, tokens) == pytest.approx(measured[tokens], rel=0.05)
-        assert layer_s(deepgemm, tokens) < 0.85 * measured[tokens]
-    assert layer_s(vllm, 128) == pytest.approx(layer_s(deepgemm, 128), rel=1e-3)
+        assert layer_s(deepgemm, tokens) < 0.95 * measured[tokens]
+    assert layer_s(vllm, 128) == pytest.approx(layer_s(deepgemm, 128), rel=0.01)   # compute enters the 2-norm at ~0.3%
     # --explain names the grouped share and its source beside the plateau
     (row,) = [r for r in operator_breakdown(planner.estimate("mixtral-8x7b", vllm, tp=2, batch=1, input_len=1536,
                                                              output_len=2))
               if r["phase"] == "prefill" and r["op"] == "experts"]
-    assert "x grouped 0.70" in row["efficiency"] and "PR #24700" in row["source"]
+    assert "x grouped 0.78" in row["efficiency"] and "PR #24700" in row["source"]
 
 
 def test_an_engines_moe_kernel_family_may_differ_by_format():
     """TensorRT-LLM's PyTorch backend runs block-scaled FP8 experts with DeepGEMM (the profiles'
     0.93 of the dense plateau) but NVFP4 experts on Blackwell with its CUTLASS / TRTLLM-gen MoE
-    (0.70, as the C++ engines): an expert GEMM's compute time in FP4 is 0.93 / 0.70 = 1.33x the
+    (0.66, as the C++ engines): an expert GEMM's compute time in FP4 is 0.93 / 0.66 = 1.41x the
     DeepGEMM share's, its FP8 one unchanged, and a dense GEMM in either format is not touched."""
     from planner.catalog.dtypes import DType
     from planner.perf.ops import Op, OpKind
@@ -498,11 +511,11 @@ def test_an_engines_moe_kernel_family_may_differ_by_format():
 
     trt = with_framework(hardware("b200"), "tensorrt-llm-pytorch")
     eff = trt.efficiency
-    assert eff.grouped_share(DType.fp4).value == 0.70 and eff.grouped_share(DType.fp8).value == 0.93
+    assert eff.grouped_share(DType.fp4).value == 0.66 and eff.grouped_share(DType.fp8).value == 0.93
     deepgemm = trt.model_copy(update={"efficiency": eff.model_copy(update={"grouped_by_format": {}})})
     dtypes = planner.perf.estimate.resolve_dtypes(planner.model("qwen3-235b-a22b"), "fp4", "fp8")
     experts = Op("experts", OpKind.gemm, 1, flops=1e15, grouped=True)
     dense = Op("up", OpKind.gemm, 1, flops=1e15)
     assert op_time(trt, experts, dtypes).compute_s == pytest.approx(
-        op_time(deepgemm, experts, dtypes).compute_s * 0.93 / 0.70)
+        op_time(deepgemm, experts, dtypes).compute_s * 0.93 / 0.66)
     assert op_time(trt, dense, dtypes).compute_s == pytest.approx(op_time(deepgemm, dense, dtypes).compute_s)

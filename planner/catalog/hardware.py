@@ -262,7 +262,7 @@ class Efficiency(Frozen):
     scale_up: Fraction
     scale_out: Fraction
     kernel_latency: Seconds = Seconds(   # fixed time of every compute kernel (launch, ramp-up, tail)
-        value=6.2e-6, source="kernel_latency_assumed", note="default: the H100 fit (xla_h100_gemm)")
+        value=5.75e-6, source="kernel_latency_assumed", note="default: the H100 fit (xla_h100_gemm)")
     attention: AttentionKernels = AttentionKernels(
         prefill=Fraction(value=0.68, source="fa3_h100", note="default: the H100 FlashAttention-3 fit"),
         prefill_half_keys=Tokens(value=216, source="fa3_h100"),
