@@ -120,3 +120,35 @@ def attention_sweep(path: Path | None = None) -> dict:
 
 def attention_sweeps() -> list[dict]:
     return [attention_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-attention-*.csv"))]
+
+
+def ridge_fit(path: Path | None = None, powers=tuple(np.round(np.arange(1.0, 4.01, 0.05), 2))) -> dict:
+    """How a GEMM's compute and streaming times combine near its ridge (``roofline.RIDGE_P``), from
+    M-sweeps at fixed LLM-shaped N, K (``gemm-ridge-sweeps.csv``). Each sweep's streaming rate is its
+    smallest-M row's (weights + activations over its time), its compute rate its own rows at M >= 4,096
+    or the file's stated plateau: only the shape of the transition is fitted. Scored over the rows within
+    4x of the ridge (compute / streaming in 0.25..4): the RMS log error of ``(c^p + m^p)^(1/p)`` for
+    each p of ``powers``, the best p, and the bare maximum's RMS (the roofline's own form)."""
+    path = path or microbenchmarks_dir() / "gemm-ridge-sweeps.csv"
+    lines = [ln.split(",") for ln in path.read_text().splitlines() if ln and not ln.startswith(("#", "sweep,"))]
+    sweeps: dict[str, list] = {}
+    for name, *vals in lines:
+        sweeps.setdefault(name, []).append([float(v) if v else np.nan for v in vals])
+    parts = []
+    for rows in sweeps.values():
+        n, k, wb, m, t_us, plateau = np.array(rows).T
+        t = t_us * 1e-6
+        moved = n * k * wb + m * (n + k) * 2.0            # weights + BF16 activations in and out
+        first = np.argmin(m)
+        stream = moved[first] / t[first]
+        big = m >= 4096
+        rate = float(np.mean(2 * m[big] * n[big] * k[big] / t[big])) if big.any() else float(plateau[0]) * 1e12
+        c, s = 2 * m * n * k / rate, moved / stream
+        near = (c / s > 0.25) & (c / s < 4)
+        parts.append((c[near], s[near], t[near]))
+    c, s, t = (np.concatenate(x) for x in zip(*parts, strict=True))
+    hi, lo = np.maximum(c, s), np.minimum(c, s)
+    rms = {float(p): float(np.sqrt(np.mean(np.log(hi * (1 + (lo / hi) ** p) ** (1 / p) / t) ** 2))) for p in powers}
+    best = min(rms, key=rms.get)
+    return {"sweeps": len(sweeps), "ridge_rows": int(t.size), "rms_by_p": rms, "best_p": best,
+            "rms_max": float(np.sqrt(np.mean(np.log(hi / t) ** 2)))}

@@ -96,6 +96,21 @@ def test_an_engines_fp4_path_is_replayed_through_its_entry():
     assert fp4["tensorrt-llm"] == 0.58
 
 
+def test_ridge_exponent_from_llm_shaped_gemm_sweeps():
+    # Seven M-sweeps at fixed LLM-shaped N, K (MI355X, B200, H100; int8, FP8, BF16) fix how a GEMM's
+    # compute and streaming times combine near the ridge: the 2-norm the roofline uses
+    # (roofline.RIDGE_P) is within 15% of the best power's RMS log error, and the bare maximum -
+    # the plain roofline - is at least twice as far off; the best power lies between 1.5 and 2.5.
+    from planner.microbench import ridge_fit
+    from planner.perf.roofline import RIDGE_P
+
+    r = ridge_fit()
+    assert r["sweeps"] == 7 and r["ridge_rows"] >= 20
+    assert 1.5 <= r["best_p"] <= 2.5 and RIDGE_P == 2
+    assert r["rms_by_p"][2.0] <= 1.15 * r["rms_by_p"][r["best_p"]]
+    assert r["rms_max"] >= 2 * r["rms_by_p"][2.0] and r["rms_by_p"][3.0] > r["rms_by_p"][2.0]
+
+
 def test_ascend_kernel_latency_from_a_measured_decode_gemm():
     # xlite's on-board timing of Qwen3-32B's TP8 QKV projection on a 910B (M 64, N 1,280, K 5,120,
     # BF16): 19 us. By hand: 13.1 MB of weights + 0.82 MB of activations at 1.6 TB/s x 0.84 is

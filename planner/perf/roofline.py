@@ -56,17 +56,18 @@ class Bound(str, Enum):
 
 # Kernels near the ridge point overlap their tensor-core work and their HBM streaming imperfectly
 # (pipeline fill and drain, stages too few to hide both): a GEMM whose compute and memory times
-# are close takes longer than their maximum: their p-norm, p = 2. Two sweep families fix p. (1) The
-# seven public M-sweeps of LLM-shaped GEMMs whose weights exceed L2, each sweep's plateau and
-# streaming rate taken from its own largest-M and M = 1 rows so that only the shape of the
-# transition is fitted: AMD MI355X CK int8 / FP8 at Llama-70B's gate_up, down and TP2 gate_up
-# (ROCm/aiter a8w8_tuned_gemm.csv), B200 CUTLASS FP8 and cuBLAS BF16 at N 28,672, K 4,096 (vLLM PR
-# #20071), H100 CUTLASS FP8 and cuBLAS BF16 at N 43,008, K 5,376 (vLLM PR #49363): RMS log error over
-# their 30 ridge rows (compute / memory within 4x) 0.123 at p = 2 (best 0.112 at p = 1.75; per-sweep
-# best p 1.1-3.4, median 1.8), against 0.168 at p = 3 and ~0.3 for the maximum. (2) OpenXLA's 124
-# H100 BF16 shapes, all near the ridge: with the kernel latency refitted (5.75 us), RMS 0.099 at
-# p = 2, 0.107 at 1.75, 0.100 for the maximum (xla_h100_gemm). DeepGEMM's grouped FP8 GEMMs overlap
-# better (H800, 4 x 256 tokens at N 4,096, K 7,168: 932 TFLOP/s measured, 7% above this form).
+# are close takes longer than their maximum: their p-norm, p = 2. Two sweep families fix p.
+# (1) Seven public M-sweeps of LLM-shaped GEMMs whose weights exceed the last-level cache, bundled
+# as validation/microbenchmarks/gemm-ridge-sweeps.csv (MI355X CK int8 / FP8 at Llama-70B shapes;
+# B200 CUTLASS FP8 and cuBLAS BF16; H100 CUTLASS FP8 and cuBLAS BF16), each sweep's compute and
+# streaming rates its own, so only the shape of the transition is fitted (microbench.ridge_fit):
+# RMS log error over its 22 rows within 4x of the ridge 0.124 at p = 2, 0.108 at the best p = 1.65,
+# 0.175 at p = 3 (the cube-norm held until session 21) and 0.256 for the bare maximum. (2) OpenXLA's
+# 124 H100 BF16 shapes, all within 4x of the ridge, with the kernel latency refitted for each p
+# (xla_h100_gemm): 0.099 at p = 2 (5.75 us), 0.107 at 1.75, 0.091 at 3. Weighting the two families
+# equally the optimum is p = 1.75; p = 2 scores within 2.5% of it and is an exact hypot. DeepGEMM's
+# grouped FP8 GEMMs overlap better (H800, 4 x 256 tokens at N 4,096, K 7,168: 932 TFLOP/s measured,
+# 7% above this form).
 RIDGE_P = 2
 
 
