@@ -119,7 +119,8 @@ def attention_sweep(path: Path | None = None) -> dict:
 
 
 def attention_sweeps() -> list[dict]:
-    return [attention_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-attention-*.csv"))]
+    return [attention_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-attention-*.csv"))
+            if "-decode-attention-" not in p.name]          # prefill (FlashAttention) sweeps only
 
 
 def ridge_fit(path: Path | None = None, powers=tuple(np.round(np.arange(1.0, 4.01, 0.05), 2))) -> dict:
@@ -152,3 +153,29 @@ def ridge_fit(path: Path | None = None, powers=tuple(np.round(np.arange(1.0, 4.0
     best = min(rms, key=rms.get)
     return {"sweeps": len(sweeps), "ridge_rows": int(t.size), "rms_by_p": rms, "best_p": best,
             "rms_max": float(np.sqrt(np.mean(np.log(hi / t) ** 2)))}
+
+
+def decode_attention_sweep(path: Path) -> dict:
+    """Predicted vs measured time of a batched paged-decode attention sweep
+    (``<profile>-decode-attention-<kernel>.csv``: batch, ctx, q_heads, kv_heads, head_dim, kv_bytes
+    per element, time_us): each row one kernel call, timed by ``op_time`` as the attention operator
+    of a decode step (its K and V read at the profile's HBM fraction x ctx / (ctx + decode_half_ctx),
+    plus the kernel latency)."""
+    from planner.perf.ops import DTypes, Op, OpKind
+    from planner.perf.roofline import op_time
+
+    hw = hardware(path.name.split("-decode-attention-")[0])
+    batch, ctx, qh, kvh, hd, eb, t_us = sweep_columns(path)
+    kv = batch * ctx * kvh * hd * 2 * eb
+    op = Op("attention", OpKind.attention, 1, flops=4.0 * batch * qh * hd * ctx, kv_bytes=kv,
+            act_bytes=batch * qh * hd * 2 * 2.0, keys=ctx)
+    dt = DType.fp8 if float(eb[0]) == 1 else DType.bf16
+    predicted = np.asarray(op_time(hw, op, DTypes(weight=DType.bf16, kv=dt, act=DType.bf16)).time_s) * 1e6
+    err = predicted / t_us - 1.0
+    return {"hardware": hw.name, "file": path.name, "points": int(t_us.size), "predicted_us": predicted,
+            "measured_us": t_us, "median_abs_rel_error": float(np.median(np.abs(err))),
+            "max_abs_rel_error": float(np.max(np.abs(err))), "median_rel_error": float(np.median(err))}
+
+
+def decode_attention_sweeps() -> list[dict]:
+    return [decode_attention_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-decode-attention-*.csv"))]

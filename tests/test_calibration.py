@@ -111,6 +111,24 @@ def test_ridge_exponent_from_llm_shaped_gemm_sweeps():
     assert r["rms_max"] >= 2 * r["rms_by_p"][2.0] and r["rms_by_p"][3.0] > r["rms_by_p"][2.0]
 
 
+def test_paged_decode_attention_sweeps_reproduced_by_profiles():
+    # The decode-attention form (HBM fraction x ctx / (ctx + 128) plus the kernel latency) against
+    # two public batched-decode sweeps: H100 FlashAttention-2 paged decode at batch 64, context
+    # 32-256 (ORT PR #21414: 21-44 us) and B200 trtllm-gen at batch 4 / 128, context 1K-16K
+    # (FlashInfer PR #1415: 8-176 us). Each within a median of 10% and 20% at worst; the context
+    # term is what makes short contexts fit (without it, context 32 would be 2.2x fast on H100).
+    from planner.microbench import decode_attention_sweeps
+
+    sweeps = {s["file"]: s for s in decode_attention_sweeps()}
+    assert set(sweeps) == {"h100-sxm-decode-attention-fa2.csv", "b200-decode-attention-trtllm.csv"}
+    for s in sweeps.values():
+        assert s["median_abs_rel_error"] <= 0.10 and s["max_abs_rel_error"] <= 0.20, s["file"]
+    h100 = sweeps["h100-sxm-decode-attention-fa2.csv"]
+    kv_32 = 64 * 32 * 8 * 128 * 2 * 2 + 64 * 64 * 128 * 4          # K, V and the queries in / outputs out
+    no_context_term = 5.75 + kv_32 / (3.35e12 * 0.85) * 1e6
+    assert h100["measured_us"][0] / no_context_term > 1.9 and h100["predicted_us"][0] > h100["measured_us"][0]
+
+
 def test_ascend_kernel_latency_from_a_measured_decode_gemm():
     # xlite's on-board timing of Qwen3-32B's TP8 QKV projection on a 910B (M 64, N 1,280, K 5,120,
     # BF16): 19 us. By hand: 13.1 MB of weights + 0.82 MB of activations at 1.6 TB/s x 0.84 is

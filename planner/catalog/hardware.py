@@ -266,7 +266,7 @@ class Efficiency(Frozen):
     attention: AttentionKernels = AttentionKernels(
         prefill=Fraction(value=0.68, source="fa3_h100", note="default: the H100 FlashAttention-3 fit"),
         prefill_half_keys=Tokens(value=216, source="fa3_h100"),
-        decode_half_ctx=Tokens(value=128, source="paged_decode_assumed"))
+        decode_half_ctx=Tokens(value=128, source="paged_decode"))
     step_overhead: Seconds
     sequence_overhead: Seconds = Seconds(value=0.0, source="engine_overhead",
                                          note="per running sequence per step; set by a framework")
