@@ -48,6 +48,7 @@ def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: 
             ("load", f"{r.requests_per_s:.4g} req/s ({r.output_tokens_per_s:,.0f} output tokens/s)"
                      + ("" if r.binding == "rate" else f"; the most meeting the SLO (binding: {r.binding})")),
             ("capacity", f"{r.max_rate:.4g} req/s at most (prefill busy {100 * r.prefill_utilization:.0f}% here)"),
+            *_near_capacity(r),
             ("TTFT p50/p90/p99", lat(r.ttft_s)), ("TPOT p50/p90/p99", lat(r.tpot_s)),
             ("E2E p50/p90/p99", lat(r.e2e_s)), ("decode batch", f"{r.decode_batch:.1f} sequences (mean)"),
             ("power", si(r.power_w, "W")),
@@ -70,6 +71,18 @@ def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: 
         ("decode batch", f"{s.decode_batch:.1f} sequences"), ("limited by", s.limit),
         ("power", si(s.power_w, "W")), *([("cost", f"${s.usd_per_h:,.2f}/h")] if s.usd_per_h is not None else []),
     ]))
+
+
+def _near_capacity(r) -> list[tuple[str, str]]:
+    """The row that says what 5% less capacity would do at a load close to it (``LoadPoint``)."""
+    if r.if_5pct_less_capacity is None:
+        return []
+    share = r.requests_per_s / r.max_rate
+    worse = r.if_5pct_less_capacity
+    what = ("the queue would grow without bound" if worse["tpot_s"] is None else
+            f"P90 TTFT {si(worse['ttft_s'], 's')}, P90 TPOT {si(worse['tpot_s'], 's')}")
+    return [("near capacity", f"{100 * share:.0f}% of it: latency here follows small throughput errors; "
+                              f"with 5% less capacity, {what}")]
 
 
 def _print_replayed(model: str, hardware: str, slo, json_out: bool, **kw) -> None:

@@ -381,6 +381,22 @@ def test_throughput_cli_rate_is_littles_law_and_monotone():
     assert hi["tpot_s"]["p90"] > lo["tpot_s"]["p90"] and hi["ttft_s"]["p90"] > lo["ttft_s"]["p90"]
 
 
+def test_throughput_cli_says_what_five_percent_less_capacity_would_do_near_capacity():
+    # From 85% of capacity on, a load point also gives its P90 latencies on a layout 5% slower (read at
+    # rate / 0.95 on the same curve): higher than its own, and no number at all (an unbounded queue)
+    # once rate / 0.95 passes capacity; below 85% it says nothing (MLPerf's Server runs sat at 92-100%)
+    cap = json.loads(runner.invoke(app, [*TP, "--rate", "1"]).stdout)
+    assert cap["if_5pct_less_capacity"] is None
+    m = cap["max_rate"]
+    near = json.loads(runner.invoke(app, [*TP, "--rate", f"{0.9 * m:.6g}"]).stdout)
+    worse = near["if_5pct_less_capacity"]
+    assert worse["tpot_s"] > near["tpot_s"]["p90"] and worse["ttft_s"] > near["ttft_s"]["p90"]
+    edge = json.loads(runner.invoke(app, [*TP, "--rate", f"{0.97 * m:.6g}"]).stdout)
+    assert edge["if_5pct_less_capacity"] == {"ttft_s": None, "tpot_s": None}
+    table = runner.invoke(app, [c for c in TP if c != "--json"] + ["--rate", f"{0.97 * m:.6g}"]).stdout
+    assert "near capacity" in table and "grow without bound" in table
+
+
 def test_throughput_cli_closed_loop_matches_api():
     r = runner.invoke(app, [*TP, "--concurrency", "16"])
     api = planner.throughput("llama-3.1-70b", "h100-sxm", tp=8, input_len=2048, output_len=256, concurrency=16)
