@@ -471,3 +471,20 @@ def test_api_built_workload_and_slo_reject_infinity():
         Workload(rate=float("inf"), trace="azure-conv-2023")
     with pytest.raises(ValidationError, match="finite"):
         Target(p90=float("inf"))
+
+
+def test_a_plan_within_five_percent_of_its_slo_limit_says_so():
+    # The cheapest deployment often runs its instances just under the most load that meets the SLOs;
+    # within 5% of it the plan notes that 5% less throughput would miss them, and how many instances
+    # keep 5% in hand: 11 instances at 9.7 of 10 req/s carry 106.7 req/s, which 12 carry at 8.9
+    from types import SimpleNamespace
+
+    from planner.run import _headroom_note
+
+    tight = SimpleNamespace(rate_per_instance=9.7, max_rate_per_instance=10.0, instances=11)
+    assert "97%" in _headroom_note(tight) and "12 instances keep 5% in hand" in _headroom_note(tight)
+    assert _headroom_note(SimpleNamespace(rate_per_instance=9.0, max_rate_per_instance=10.0, instances=11)) is None
+    scn = Path(__file__).resolve().parent.parent / "scenarios" / "deepseek-v3-cloudmatrix.yaml"
+    r = runner.invoke(app, ["plan", str(scn), "--json"])
+    notes = json.loads(r.stdout)["notes"]
+    assert r.exit_code == 0 and any("keep 5% in hand" in n for n in notes)
