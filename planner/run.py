@@ -172,7 +172,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
 def _headroom_note(best) -> str | None:
     """A note when the chosen deployment runs within 5% of the most load that meets its SLOs: 5% less
     throughput than modelled would miss them (MLPerf's Server runs, at 92-100% of capacity, measured
-    latencies 1.3-5x the model's there), with the instance count that keeps 5% in hand."""
+    latencies 1.3-5.7x the model's there), with the instance count that keeps 5% in hand."""
     share = best.rate_per_instance / best.max_rate_per_instance if best.max_rate_per_instance > 0 else 0.0
     if share < 0.95:
         return None

@@ -21,7 +21,7 @@ from planner.serving.workload import Workload
 _P = ("mean", "p50", "p90", "p99")
 
 
-# MLPerf's Server runs sat at 92-100% of their systems' Offline rates with mean TPOTs 1.3-5x what the
+# MLPerf's Server runs sat at 92-100% of their systems' Offline rates with mean TPOTs 1.3-5.7x what the
 # model gives there (loadgen summaries, README "Validation"): from this share of capacity on, a load
 # point also says what 5% less capacity would do to its latency.
 NEAR_CAPACITY = 0.85
