@@ -170,16 +170,20 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
 
 
 def _headroom_note(best) -> str | None:
-    """A note when the chosen deployment runs within 5% of the most load that meets its SLOs: 5% less
-    throughput than modelled would miss them (MLPerf's Server runs, at 92-100% of capacity, measured
-    latencies 1.3-5.7x the model's there), with the instance count that keeps 5% in hand."""
+    """A note when the chosen deployment runs within ``THROUGHPUT_MARGIN`` of the most load that meets
+    its SLOs: that much less throughput than modelled would miss them (MLPerf's Server runs, at 92-100%
+    of capacity, measured latencies 1.3-5.7x the model's there), with the instance count that keeps
+    the margin in hand."""
+    from planner.serving.load_point import THROUGHPUT_MARGIN
+
+    keep = 1 - THROUGHPUT_MARGIN
     share = best.rate_per_instance / best.max_rate_per_instance if best.max_rate_per_instance > 0 else 0.0
-    if share < 0.95:
+    if share < keep:
         return None
-    total = best.rate_per_instance * best.instances
-    safe = math.ceil(total / (0.95 * best.max_rate_per_instance) - 1e-9)
-    return (f"each instance runs at {share:.0%} of the most load that meets the SLOs: 5% less throughput "
-            f"than modelled would miss them; {safe} instances keep 5% in hand")
+    safe = math.ceil(best.rate_per_instance * best.instances / (keep * best.max_rate_per_instance) - 1e-9)
+    margin = f"{THROUGHPUT_MARGIN:.0%}"
+    return (f"each instance runs at {share:.0%} of the most load that meets the SLOs: {margin} less throughput "
+            f"than modelled would miss them; {safe} instances keep {margin} in hand")
 
 
 def _framework_scheduling(engine) -> list[str]:

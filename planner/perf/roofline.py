@@ -249,8 +249,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
         grouped = eff.grouped_share(fmt).value if op.grouped else 1.0
-        by_format = eff.memory_by_format.get(op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else None
-        stream = (by_format or eff.memory).value
+        stream = (weight_streaming(eff, op, dtypes) or eff.memory).value
         # a linear-attention core runs at its own kernel's measured fraction of the BF16 peak
         # (whatever the KV format); weight-only GEMMs at their kernel's plateau where it is lower
         if op.linear:
@@ -270,6 +269,13 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         fixed = eff.kernel_latency.value if _never_idle(flops, nbytes) else \
             eff.kernel_latency.value * _busy(flops, nbytes)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def weight_streaming(eff, op: Op, dtypes: DTypes) -> Fraction | None:
+    """The HBM fraction a GEMM streams its weights at where their format has one of its own
+    (``Efficiency.memory_by_format``: B200 NVFP4 0.44), else None (the profile's ``memory``): what
+    ``op_time`` applies and ``explain_op`` names."""
+    return eff.memory_by_format.get(op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else None
 
 
 def _weight_only_cap(hw: HardwareProfile, op: Op, dtypes: DTypes, fmt: DType) -> Fraction | None:
@@ -376,11 +382,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             return ideal, f"GEMM plateau {plateau.value:.2f} x grouped {share.value:.2f} + {fixed}", \
                 f"{plateau.source}; grouped: {share.source}"
         return ideal, f"GEMM plateau {plateau.value:.2f} + {fixed}", plateau.source
-    weight_fmt = op.weight_dtype or dtypes.weight
-    by_format = eff.memory_by_format.get(weight_fmt) if op.kind is OpKind.gemm else None
+    by_format = weight_streaming(eff, op, dtypes)
     if by_format is not None and float(np.ravel(np.asarray(op.weight_bytes, float))[0]) > 0:  # as op_time streams them
-        return ideal, f"{weight_fmt.value} weights at HBM x {by_format.value:.2f}, activations x " \
-                      f"{eff.memory.value:.2f} + {fixed}", f"{by_format.source}; {eff.memory.source}"
+        return ideal, f"{(op.weight_dtype or dtypes.weight).value} weights at HBM x {by_format.value:.2f}, " \
+                      f"activations x {eff.memory.value:.2f} + {fixed}", f"{by_format.source}; {eff.memory.source}"
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
 
