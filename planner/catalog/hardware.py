@@ -221,11 +221,14 @@ class AttentionKernels(Frozen):
     to, ``prefill x L / (L + prefill_half_keys)``. Decode (paged) kernels are memory-bound: they
     read each sequence's K/V pages once, and per (sequence, KV head) a fixed setup and split-K
     reduction costs the same as streaming ``decode_half_ctx`` tokens, so the achieved HBM fraction
-    is ``memory x ctx / (ctx + decode_half_ctx)``."""
+    is ``decode_memory x ctx / (ctx + decode_half_ctx)``, where ``decode_memory`` is the HBM
+    fraction the device's production decode kernel was measured to reach at long context (None:
+    the profile's ``memory``, the weight-streaming fraction)."""
 
     prefill: Fraction
     prefill_half_keys: Tokens
     decode_half_ctx: Tokens
+    decode_memory: Fraction | None = None
     # compute plateau of the absorbed-MLA kernel of decode and MTP-verify steps (attention in the
     # 512+64-wide latent space: FlashMLA-class), where an engine measures it apart from its
     # prefill kernel; None: the prefill plateau

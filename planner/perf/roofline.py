@@ -245,7 +245,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         keys = np.maximum(np.asarray(op.keys, dtype=float), 1.0)
         att = eff.attention
         compute = flops / (peak * attention_plateau(att, op) * keys / (keys + att.prefill_half_keys.value))
-        memory = (weight + moved) / (bw * eff.memory.value * keys / (keys + att.decode_half_ctx.value))
+        memory = (weight + moved) / (bw * decode_memory(eff).value * keys / (keys + att.decode_half_ctx.value))
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
         grouped = eff.grouped_share(fmt).value if op.grouped else 1.0
@@ -269,6 +269,13 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         fixed = eff.kernel_latency.value if _never_idle(flops, nbytes) else \
             eff.kernel_latency.value * _busy(flops, nbytes)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def decode_memory(eff) -> Fraction:
+    """The HBM fraction a decode step's attention streams its K/V pages at: the device's measured
+    production decode kernel where the profile (or the engine) states one, else the profile's
+    streaming fraction (what ``op_time`` applies and ``explain_op`` names)."""
+    return eff.attention.decode_memory or eff.memory
 
 
 def weight_streaming(eff, op: Op, dtypes: DTypes) -> Fraction | None:
@@ -362,8 +369,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             f = kernel.value * keys / (keys + att.prefill_half_keys.value)
             name = "absorbed-MLA kernel" if latent else "FlashAttention"
             return ideal, f"{name} {f:.0%} of peak at {keys:,.0f} keys/query", kernel.source
-        f = eff.memory.value * keys / (keys + att.decode_half_ctx.value)
-        return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", att.decode_half_ctx.source
+        stream = decode_memory(eff)
+        f = stream.value * keys / (keys + att.decode_half_ctx.value)
+        return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", \
+            stream.source if att.decode_memory is not None else att.decode_half_ctx.source
     skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
     load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
