@@ -222,8 +222,8 @@ class AttentionKernels(Frozen):
     read each sequence's K/V pages once, and per (sequence, KV head) a fixed setup and split-K
     reduction costs the same as streaming ``decode_half_ctx`` tokens, so the achieved HBM fraction
     is ``decode_memory x ctx / (ctx + decode_half_ctx)``, where ``decode_memory`` is the HBM
-    fraction the device's production decode kernel was measured to reach at long context (None:
-    the profile's ``memory``, the weight-streaming fraction)."""
+    fraction the device's production paged (GQA/MHA) decode kernel was measured to reach at long
+    context (None: the profile's ``memory``, which absorbed-MLA reads always take)."""
 
     prefill: Fraction
     prefill_half_keys: Tokens

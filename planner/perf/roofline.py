@@ -245,7 +245,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         keys = np.maximum(np.asarray(op.keys, dtype=float), 1.0)
         att = eff.attention
         compute = flops / (peak * attention_plateau(att, op) * keys / (keys + att.prefill_half_keys.value))
-        memory = (weight + moved) / (bw * decode_memory(eff).value * keys / (keys + att.decode_half_ctx.value))
+        memory = (weight + moved) / (bw * decode_stream(eff, op) * keys / (keys + att.decode_half_ctx.value))
     else:
         load = np.asarray(op.imbalance, dtype=float) * np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1.0)
         grouped = eff.grouped_share(fmt).value if op.grouped else 1.0
@@ -271,11 +271,20 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     return OpTime(op, compute, memory, np.zeros(()), fixed)
 
 
-def decode_memory(eff) -> Fraction:
+def decode_memory(eff, absorbed: bool = False) -> Fraction:
     """The HBM fraction a decode step's attention streams its K/V pages at: the device's measured
-    production decode kernel where the profile (or the engine) states one, else the profile's
-    streaming fraction (what ``op_time`` applies and ``explain_op`` names)."""
-    return eff.attention.decode_memory or eff.memory
+    paged (GQA/MHA) decode kernel where the profile states one, else the profile's streaming
+    fraction; an absorbed-MLA read (the latent cache, its own kernel) streams at the profile's
+    fraction (what ``explain_op`` names; ``decode_stream`` is the same per operator row)."""
+    return eff.memory if absorbed else eff.attention.decode_memory or eff.memory
+
+
+def decode_stream(eff, op: Op):
+    """``decode_memory`` of every row of attention operator ``op`` (a number where they agree)."""
+    paged = decode_memory(eff).value
+    if eff.attention.decode_memory is None or not np.any(op.absorbed):
+        return paged
+    return np.where(op.absorbed, eff.memory.value, paged)
 
 
 def weight_streaming(eff, op: Op, dtypes: DTypes) -> Fraction | None:
@@ -369,10 +378,10 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             f = kernel.value * keys / (keys + att.prefill_half_keys.value)
             name = "absorbed-MLA kernel" if latent else "FlashAttention"
             return ideal, f"{name} {f:.0%} of peak at {keys:,.0f} keys/query", kernel.source
-        stream = decode_memory(eff)
+        stream = decode_memory(eff, bool(np.ravel(op.absorbed)[0]))
         f = stream.value * keys / (keys + att.decode_half_ctx.value)
         return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", \
-            stream.source if att.decode_memory is not None else att.decode_half_ctx.source
+            stream.source if stream is att.decode_memory else att.decode_half_ctx.source
     skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
     load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
