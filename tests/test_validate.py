@@ -45,6 +45,10 @@ def test_validate_json_shape_and_amd_accuracy():
     for kinds in data["summary"]["held_out"].values():
         for s in kinds.values():
             assert {"n", "median_abs_rel_error", "p90_abs_rel_error"} <= set(s)
+    # every bundled decode-attention sweep is replayed beside the GEMM sweeps, its floor calls counted apart
+    decode = {s["file"]: s for s in data["decode_attention"]}
+    assert decode["ascend-910b-decode-attention-atbpa.csv"]["floor_bound"] == 11 and len(decode) == 4
+    assert all(s["points"] >= 2 and s["max_abs_rel_error"] <= 0.20 for s in decode.values())
     # held-out AMD points (vLLM ROCm 2024-2025, Llama-3.1-70B/405B FP8, MI300X): the targets,
     # latency within 12% median (6.1% over 37 points) and throughput within 10% median and 5% bias
     # (5.3% / +2.5% over the 12 vLLM rows), since the offline rows are replayed as the lockstep waves they are and
