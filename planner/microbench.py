@@ -4,7 +4,9 @@ checked against the public measurements they were fitted on (``validation/microb
 ``gemm_sweeps()`` times every GEMM shape sweep with ``op_time`` and the device's profile (its
 ``gemm`` plateau and ``kernel_latency``). A sweep file may state a per-call floor of its harness
 (``# harness_floor_us: X`` with the evidence beside it): shapes timed within 10% of it measure the
-harness, not the kernel, and are listed, not scored. ``allreduce_sweeps()`` fits the alpha-beta
+harness, not the kernel, and are listed, not scored; ``decode_attention_sweeps()`` times batched
+paged decode-attention calls the same way (the profile's decode HBM fraction, its context term
+and the kernel latency). ``allreduce_sweeps()`` fits the alpha-beta
 form to all-reduce bus-bandwidth sweeps; ``attention_sweep()`` fits Hockney's form to a
 FlashAttention sequence-length sweep.
 """
