@@ -32,6 +32,12 @@ def _stated(path: Path, key: str) -> float | None:
     return None
 
 
+def _above_floor(path: Path, time_s: np.ndarray) -> np.ndarray:
+    """Which timed calls of the sweep in ``path`` measure the kernel: those more than 10% above the
+    per-call floor its harness states (``harness_floor_us``; none stated: every call)."""
+    return time_s > 1.1 * (_stated(path, "harness_floor_us") or 0.0) * 1e-6
+
+
 def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``,
     or ``<profile>-gemm-<dtype>-<label>.csv`` for a second source of the same format, with columns
@@ -50,8 +56,7 @@ def gemm_sweep(path: Path) -> dict:
     flops = 2.0 * m * n * k
     op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
-    floor_s = (_stated(path, "harness_floor_us") or 0.0) * 1e-6
-    scored = flops / (measured * 1e12) > 1.1 * floor_s
+    scored = _above_floor(path, flops / (measured * 1e12))
     err = np.abs(predicted / measured - 1.0)[scored]
     return {"hardware": profile, "dtype": dtype, "label": label, "shapes": int(scored.sum()),
             "floor_bound": int((~scored).sum()),
@@ -174,7 +179,7 @@ def decode_attention_sweep(path: Path) -> dict:
             act_bytes=batch * qh * hd * 2 * 2.0, keys=ctx)
     dt = DType.fp8 if float(eb[0]) == 1 else DType.bf16
     predicted = np.asarray(op_time(hw, op, DTypes(weight=DType.bf16, kv=dt, act=DType.bf16)).time_s) * 1e6
-    scored = t_us > 1.1 * (_stated(path, "harness_floor_us") or 0.0)
+    scored = _above_floor(path, t_us * 1e-6)
     err = (predicted / t_us - 1.0)[scored]
     return {"hardware": hw.name, "file": path.name, "points": int(scored.sum()), "floor_bound": int((~scored).sum()),
             "predicted_us": predicted, "measured_us": t_us, "median_abs_rel_error": float(np.median(np.abs(err))),
