@@ -48,9 +48,12 @@ class Point(Frozen):
     output_len: int = Field(ge=1)
     batch: int | None = Field(None, ge=1)
     concurrency: int | None = Field(None, ge=1)
-    request_rate: float | None = Field(None, gt=0, description="an open-loop run: the Poisson rate (requests/s) "
+    request_rate: float | None = Field(None, gt=0, description="an open-loop run: the rate (requests/s) "
                                        "at which the benchmark sent its num_requests (vLLM / SGLang bench_serving "
                                        "--request-rate, burstiness 1), replayed by the simulator")
+    arrivals: Literal["poisson", "constant"] = Field("poisson", description="an open-loop run's send times: "
+                                                     "poisson (bench_serving --request-rate, burstiness 1) or "
+                                                     "constant, evenly spaced (guidellm --rate-type constant)")
     mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
     draft: str | None = Field(None, description="the EAGLE-3 draft model that proposed them (catalog.draft name), "
@@ -88,6 +91,8 @@ class Point(Frozen):
         if self.request_rate is not None and (self.num_requests is None or self.concurrency is not None):
             raise located("request_rate", "an open-loop run needs num_requests (the prompts sent at that rate) "
                           "and no concurrency (a closed loop of clients)")
+        if self.arrivals != "poisson" and self.request_rate is None:
+            raise located("arrivals", "arrivals describes an open-loop run: it needs request_rate")
         if self.metric == "server_output_tokens_per_s" and (self.ttft_bound_s is None or self.tpot_bound_s is None):
             raise located("ttft_bound_s", "server_output_tokens_per_s needs ttft_bound_s and tpot_bound_s")
         if self.metric == "decode_tokens_per_s_per_device_at_tpot_bound" and self.tpot_bound_s is None:
@@ -260,7 +265,8 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     ``j mod C``'s ``(j // C)``-th: its arrival is its predecessor's completion plus the front end's
     per-request time, a fixed point found by re-simulating (arrivals only move later, so it
     settles in a few rounds). With ``p.request_rate``, an open loop (bench_serving --request-rate):
-    Poisson arrivals at that rate (one seeded draw), the first at time 0. Without either, an offline
+    Poisson arrivals at that rate (one seeded draw), the first at time 0, or evenly spaced ones
+    (``arrivals: constant``, guidellm's constant rate). Without either, an offline
     run (vLLM benchmark_throughput, trtllm-bench): all N queued at time 0. Such runs move in
     lockstep waves - every running sequence reaches prompt + output together, so an engine that
     pages KV on demand (vLLM) runs out of blocks at the end of a wave and preempts and recomputes -
@@ -278,9 +284,13 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
     inp, out = w.sample(n, seed=0)[1:] if w else (np.full(n, p.input_len), np.full(n, p.output_len))
     lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)
     table = IterationTable.for_requests(m, hw, lay, dtypes, engine, inp, out)   # every round's lengths
-    if p.request_rate:           # an open loop: the arrivals are fixed, so one round settles it
+    if p.request_rate and p.arrivals == "constant":      # an open loop: the arrivals are fixed, so one
+        nxt = np.arange(n) / p.request_rate               # round settles it
+    elif p.request_rate:
         gaps = np.random.default_rng(1).exponential(1.0 / p.request_rate, n)
         nxt = np.cumsum(gaps) - gaps[0]
+    elif c < n:                  # a closed loop: start from each client's requests served alone
+        nxt = _chained(_alone_e2e_s(m, hw, lay, dtypes, engine, inp, out, table), c)
     else:
         nxt = np.zeros(n)
     for _ in range(WAVE_ITERATIONS):           # (a run that has not settled by then keeps its last round)
@@ -295,6 +305,31 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         if np.array_equal(nxt, arrival):
             break
     return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(out.sum()) / r.makespan_s
+
+
+def _alone_e2e_s(m, hw, lay, dtypes, engine, inp, out, table) -> np.ndarray:
+    """Each request's end-to-end time when it has the engine to itself (sent a day apart: the
+    simulator skips idle time), a lower bound on its time in any loop that shares the engine."""
+    from planner.serving.simulate import simulate
+
+    r = simulate(m, hw, lay, dtypes, engine, np.arange(len(inp)) * 86_400.0, inp, out, warmup_frac=0.0,
+                 table=table)
+    return np.asarray(r.e2e_s, dtype=float)
+
+
+def _chained(e2e_s: np.ndarray, clients: int) -> np.ndarray:
+    """Send times of a closed loop of ``clients`` (request j is client j mod C's (j // C)-th) when
+    request j takes ``e2e_s[j]``: the first wave at 0, then each after its predecessor's answer.
+    From the alone times this is the earliest any request can be sent, so the replay's fixed point
+    starts below the answer, near it when requests seldom overlap (at one client, exactly on it),
+    instead of from all-at-zero, which needs about one round per wave to undo."""
+    n = len(e2e_s)
+    waves = -(-n // clients)
+    pad = np.zeros(waves * clients)
+    pad[:n] = e2e_s
+    starts = np.zeros_like(pad)
+    starts[clients:] = np.cumsum(pad.reshape(waves, clients), axis=0)[:-1].ravel()
+    return starts[:n]
 
 
 def _replay_inputs(fw_json: str, p: Point):

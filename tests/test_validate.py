@@ -217,6 +217,25 @@ def test_closed_loop_benchmark_replays_its_synchronized_clients():
             assert ten == pytest.approx(steady, rel=0.05) and wave == pytest.approx(steady, rel=0.08)
 
 
+
+def test_a_long_closed_loop_settles_from_its_clients_requests_served_alone():
+    """A closed loop of C clients sends request j when request j - C is answered. The replay finds
+    those send times as a fixed point; started from all-at-zero it undid one wave per round, so a
+    one-client run of 300 requests kept its first round's queue (the vllm-ascend tutorial's ShareGPT
+    c1 row: mean TTFT 5.8 s, TPOT 2.9x one request's). Started from each request's time alone,
+    chained per client (by hand: e2e 1, 2, 3, 4, 5 s over two clients -> sends at 0, 0, 1, 2, 4 s),
+    one client is exact at once: its 300-request run has a single request's TTFT and TPOT (2%)."""
+    import numpy as np
+
+    from planner.validate import _chained, load_points, predict
+
+    assert np.array_equal(_chained(np.array([1.0, 2, 3, 4, 5]), 2), [0, 0, 1, 2, 4])
+    pts = {p.id: p for p in load_points().points}
+    one = pts["nim-llama8b-h100-tp1-fp8-1000-1000-c1-ttft"]
+    for metric in ("ttft_s", "tpot_s"):
+        short, long = (predict(one.model_copy(update={"num_requests": n, "metric": metric})) for n in (2, 300))
+        assert long == pytest.approx(short, rel=0.02)
+
 def test_open_loop_benchmark_replays_poisson_arrivals():
     """bench_serving --request-rate R --num-prompts N: an open loop. At a rate where requests seldom
     overlap (0.02 req/s against ~5 s of service) a request is served nearly alone: mean TTFT is one
@@ -239,6 +258,28 @@ def test_open_loop_benchmark_replays_poisson_arrivals():
     assert predict(fast) <= predict(offline) * 1.001
     with pytest.raises((InputError, ValueError), match="request_rate"):
         Point.model_validate(c1.model_dump() | {"request_rate": 1.0})          # with a concurrency
+
+
+def test_constant_rate_open_loop_queues_less_than_poisson():
+    """guidellm --rate-type constant sends evenly spaced requests. At 16 req/s of 1,000/1,000
+    tokens on one H100 (8B FP8: ~80 sequences decoding, steps of ~15 ms) Poisson bunching lands
+    several prompts in one step and makes them wait behind each other; evenly spaced ones wait
+    only for a step boundary, so the constant run's mean TTFT is below the Poisson run's (by ~14%
+    here; at light load, 2 req/s, the two agree within a few percent either way: TTFT is then one
+    step whatever the arrivals). Both deliver the same output tokens per second within 10% (what
+    arrives, R x output). The field describes an open loop only (file:line error otherwise)."""
+    from planner.errors import InputError
+    from planner.validate import Point, load_points, predict
+
+    pts = {p.id: p for p in load_points().points}
+    c1 = pts["nim-llama8b-h100-tp1-fp8-1000-1000-c1-ttft"]
+    poisson = c1.model_copy(update={"concurrency": None, "request_rate": 16.0, "num_requests": 400})
+    constant = poisson.model_copy(update={"arrivals": "constant"})
+    assert predict(constant) < 0.95 * predict(poisson)
+    out = {p: predict(p.model_copy(update={"metric": "output_tokens_per_s"})) for p in (poisson, constant)}
+    assert out[constant] == pytest.approx(out[poisson], rel=0.10)
+    with pytest.raises((InputError, ValueError), match="arrivals"):
+        Point.model_validate(c1.model_dump() | {"arrivals": "constant"})       # a closed loop
 
 
 def test_a_910c_package_serves_as_two_910b_dies():
