@@ -6,7 +6,8 @@ The hardware side (every microbenchmark sweep replayed through the roofline) is
 fit of every bundled FlashAttention sweep (the figures the profiles' ``attention`` block holds).
 
 ``python -m planner.calibrate vllm-2023`` grid-searches the framework's per-step overhead and its
-GEMM / memory / scale-up link scales, ring-hop latency and per-sequence host time (``--sequence``)
+GEMM / memory / scale-up link scales, ring-hop latency, per-sequence host time (``--sequence``) and
+per-request front-end time in TTFT (``--request``)
 (every combination, or ``--descent``: coordinate descent over the same grids), scoring each
 setting by the mean absolute relative error over the validation points with
 ``role: calibration`` and ``framework: <name>``; held-out points are never read. It prints the
@@ -26,12 +27,13 @@ from planner.catalog.frameworks import Framework, framework
 from planner.catalog.hardware import Figure, Seconds
 from planner.validate import Point, load_points, predict
 
-OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30)
-FINE_OVERHEAD_MS = (0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3)   # --step-only: C++ runtimes
+OVERHEAD_MS = (2, 5, 10, 15, 20, 25, 30, 40, 50, 60)
+FINE_OVERHEAD_MS = (0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3)   # --step-only: below the coarse grid
 SCALES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 LINK_SCALES = (0.25, 0.5, 1.0)
 RING_HOP_US = (2.5, 5, 7.5, 10, 15)
 SEQUENCE_US = (0, 100, 200, 300, 400, 500)
+REQUEST_MS = (0, 5, 10, 20, 30, 40, 50, 75, 100)
 
 
 def calibration_points(name: str) -> list[Point]:
@@ -45,9 +47,9 @@ def score(fw: Framework, points: list[Point]) -> float:
 
 def candidate(base: Framework, overhead_s: float, gemm: float | None, memory: float | None = None,
               link: float | None = None, hop_s: float | None = None, sequence_s: float | None = None,
-              note: str | None = None) -> Framework:
+              note: str | None = None, request_s: float | None = None) -> Framework:
     """``base`` with a calibrated step overhead and GEMM scale, and memory / link scales, ring-hop
-    latency and per-sequence host time where given (the others kept)."""
+    latency, per-sequence host time and per-request front-end time where given (the others kept)."""
     def fig(cls, v):
         return cls(value=v, source="calibrated", note=note)
 
@@ -57,33 +59,40 @@ def candidate(base: Framework, overhead_s: float, gemm: float | None, memory: fl
         "memory_scale": fig(Figure, memory) if memory else base.memory_scale,
         "link_scale": fig(Figure, link) if link else base.link_scale,
         "ring_hop_latency": fig(Seconds, hop_s) if hop_s else base.ring_hop_latency,
-        "sequence_overhead": fig(Seconds, sequence_s) if sequence_s is not None else base.sequence_overhead})
+        "sequence_overhead": fig(Seconds, sequence_s) if sequence_s is not None else base.sequence_overhead,
+        "request_overhead": fig(Seconds, request_s) if request_s is not None else base.request_overhead})
 
 
 def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = False,
-        sequence: bool = False, step_only: bool = False, descent: bool = False) -> tuple[float, Framework]:
-    """Best (error, framework) over the grid; memory and link scales, the ring-hop latency and the
-    per-sequence host time are searched only if asked. ``step_only``: only the per-step host time,
-    on a finer grid below 3 ms (an engine with CUDA graphs and a C++ scheduler, calibrated on
-    single-request decode steps, which say nothing about GEMM efficiency). ``descent``: instead of
-    every combination, coordinate descent over the same grids (each parameter in turn moved to its
-    best grid value with the others held, from the first value of each grid, until no move lowers
-    the error): tens of evaluations per parameter instead of the grids' product, for fits of four
-    or five parameters on points that each take a simulator replay; it may stop at a local best."""
+        sequence: bool = False, step_only: bool = False, descent: bool = False,
+        request: bool = False) -> tuple[float, Framework]:
+    """Best (error, framework) over the grid; memory and link scales, the ring-hop latency, the
+    per-sequence host time and the per-request front-end time (TTFT only) are searched only if
+    asked. ``step_only``: no GEMM scale, the per-step host time on the coarse grid refined below
+    3 ms (an engine calibrated on single-request decode steps, which say nothing about GEMM
+    efficiency: a C++ runtime with CUDA graphs, or vllm-ascend; with ``sequence`` / ``request``, an
+    engine whose kernels are the profile's and whose own cost is host time, as MindIE). ``descent``:
+    instead of every combination, coordinate descent over the same grids (each parameter in turn
+    moved to its best grid value with the others held, from the first value of each grid, until no
+    move lowers the error): tens of evaluations per parameter instead of the grids' product, for
+    fits of four or five parameters on points that each take a simulator replay; it may stop at a
+    local best."""
     base = framework(name)
     points = calibration_points(name)
     if not points:
         raise SystemExit(f"framework {name!r} has no calibration points in validation/measurements.yaml")
-    grids = (FINE_OVERHEAD_MS if step_only else OVERHEAD_MS, (None,) if step_only else SCALES,
+    grids = (sorted({*FINE_OVERHEAD_MS, *OVERHEAD_MS}) if step_only else OVERHEAD_MS, (None,) if step_only else SCALES,
              SCALES if memory else (None,), LINK_SCALES if link else (None,),
-             RING_HOP_US if ring else (None,), SEQUENCE_US if sequence else (None,))
+             RING_HOP_US if ring else (None,), SEQUENCE_US if sequence else (None,),
+             REQUEST_MS if request else (None,))
     seen: dict[tuple, tuple[float, Framework]] = {}
 
-    def evaluate(ms, g, m, lk, hop, seq) -> tuple[float, Framework]:
-        key = (ms, g, m, lk, hop, seq)
+    def evaluate(ms, g, m, lk, hop, seq, req) -> tuple[float, Framework]:
+        key = (ms, g, m, lk, hop, seq, req)
         if key not in seen:
             fw = candidate(base, ms * 1e-3, g, m, lk, hop * 1e-6 if hop else None,
-                           seq * 1e-6 if seq is not None else None)
+                           seq * 1e-6 if seq is not None else None,
+                           request_s=req * 1e-3 if req is not None else None)
             seen[key] = (score(fw, points), fw)
         return seen[key]
 
@@ -104,7 +113,7 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring] [--sequence] "
-                         "[--step-only] [--descent]  |  python -m planner.calibrate --attention")
+                         "[--request] [--step-only] [--descent]  |  python -m planner.calibrate --attention")
     if argv[0] == "--attention":
         from planner.microbench import attention_sweeps
 
@@ -115,11 +124,12 @@ def main(argv: list[str]) -> None:
                   f"{f['points']} lengths")
         return
     err, fw = fit(argv[0], memory="--memory" in argv, link="--link" in argv, ring="--ring" in argv,
-                  sequence="--sequence" in argv, step_only="--step-only" in argv, descent="--descent" in argv)
+                  sequence="--sequence" in argv, step_only="--step-only" in argv, descent="--descent" in argv,
+                  request="--request" in argv)
     points = calibration_points(argv[0])
     print(f"{argv[0]}: mean abs error {err:.1%} on {len(points)} points ({', '.join(p.id for p in points)})")
     for field in ("step_overhead", "gemm_scale", "memory_scale", "link_scale", "ring_hop_latency",
-                  "sequence_overhead"):
+                  "sequence_overhead", "request_overhead"):
         f = getattr(fw, field)
         if f is not None:
             print(f"  {field}: {f.value:g}")
