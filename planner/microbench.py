@@ -42,7 +42,9 @@ def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``,
     or ``<profile>-gemm-<dtype>-<label>.csv`` for a second source of the same format, with columns
     m, n, k, tflops), each shape timed by ``op_time`` as one kernel; a label that names a framework
-    entry (``b200-gemm-fp4-vllm.csv``) replays the shapes through that entry. Shapes whose measured time is
+    entry (``b200-gemm-fp4-vllm.csv``) replays the shapes through that entry. An optional fifth
+    column, groups, makes a row one grouped (MoE) GEMM: m tokens in all over that many experts of k x
+    n weights each, at the profile's grouped share of the plateau. Shapes whose measured time is
     within 10% of the file's stated harness floor are not scored."""
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
@@ -52,9 +54,12 @@ def gemm_sweep(path: Path) -> dict:
     hw, dt = hardware(profile), DType(dtype)
     if label in _frameworks():      # the sweep timed that engine's path: replay it as the engine sees the chip
         hw = framework(label).apply(hw)
-    m, n, k, measured = sweep_columns(path)
+    columns = sweep_columns(path)
+    m, n, k, measured = columns[:4]
+    groups = columns[4] if len(columns) > 4 else np.ones_like(m)
     flops = 2.0 * m * n * k
-    op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=k * n * dt.bytes, act_bytes=m * (k + n) * dt.bytes)
+    op = Op("gemm", OpKind.gemm, 1, flops=flops, weight_bytes=groups * k * n * dt.bytes,
+            act_bytes=m * (k + n) * dt.bytes, grouped=len(columns) > 4)
     predicted = flops / op_time(hw, op, DTypes(weight=dt, kv=dt, act=dt)).time_s / 1e12
     scored = _above_floor(path, flops / (measured * 1e12))
     err = np.abs(predicted / measured - 1.0)[scored]
