@@ -24,7 +24,11 @@ devices, attention ``tp`` x data-parallel ``max(tp, ep) / tp``):
   fraction of the memory left after weights and workspace, derived here from the same pool;
 * FP8 weights -> ``--quantization fp8`` (on-line FP8 of a 16-bit checkpoint); FP8 KV ->
   ``--kv-cache-dtype fp8`` (vLLM) / ``fp8_e4m3`` (SGLang). Other formats need a pre-quantized
-  checkpoint, which the header says.
+  checkpoint, which the header says;
+* on Ascend NPUs: SGLang's NPU backend (``--device npu --attention-backend ascend``) and, for the
+  INT8/INT4 formats, the modelslim checkpoints each engine loads with its own switch: vllm-ascend
+  ``--quantization ascend`` (vllm-ascend's W8A8 tutorials and nightly configs), SGLang
+  ``--quantization modelslim`` (SGLang's "Best Practice on Ascend NPU" commands).
 """
 
 from __future__ import annotations
@@ -145,7 +149,18 @@ def vllm_args(p: dict) -> list[str]:
     args += ["--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(tokens),
              "--gpu-memory-utilization", f"{p['mem_util']:g}",
              "--kv-cache-dtype", "fp8" if b.kv_dtype == "fp8" else "auto"]
-    return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])
+    return args + _quantization(p, "ascend")
+
+
+def _quantization(p: dict, ascend_name: str) -> list[str]:
+    """The weight-format switch: on-line FP8, or on Ascend the engine's name for modelslim
+    INT8/INT4 checkpoints (``ascend_name``)."""
+    fmt = p["b"].weight_dtype
+    if fmt == "fp8":
+        return ["--quantization", "fp8"]
+    if p["hw"].vendor == "huawei" and fmt in ("int8", "int4"):
+        return ["--quantization", ascend_name]
+    return []
 
 
 def sglang_args(p: dict) -> list[str]:
@@ -156,6 +171,8 @@ def sglang_args(p: dict) -> list[str]:
     # groups and divides --max-running-requests and --chunked-prefill-size among them (server_args.py),
     # so both are the instance's
     args = ["--tp-size", str(p["ranks"])]
+    if p["hw"].vendor == "huawei":   # SGLang's NPU backend and its Ascend attention kernels
+        args += ["--device", "npu", "--attention-backend", "ascend"]
     if p["rank_dp"] > 1:
         args += ["--dp-size", str(p["rank_dp"]), "--enable-dp-attention"]
         if p["delay_passes"]:        # the prefill delayer the plan assumed (engine.prefill_delay_passes)
@@ -169,7 +186,7 @@ def sglang_args(p: dict) -> list[str]:
             args += ["--enable-mixed-chunk"]
     if b.kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
-    return args + (["--quantization", "fp8"] if b.weight_dtype == "fp8" else [])
+    return args + _quantization(p, "modelslim")
 
 
 def trtllm_args(p: dict) -> list[str]:
@@ -204,7 +221,9 @@ def _header(p: dict, comment: str = "#") -> str:
         lines.append(f"simulator check: {s.instances} instances, TTFT p90 {s.ttft_s['p90'] * 1e3:.0f} ms, TPOT p90 "
                      f"{s.tpot_s['p90'] * 1e3:.0f} ms, meets SLOs: {'yes' if s.meets_slo else 'no'}")
     if b.weight_dtype not in ("bf16", "fp16", "fp8"):
-        lines.append(f"{b.weight_dtype} weights: serve a checkpoint quantized to {b.weight_dtype} (no flag emitted)")
+        how = ("a modelslim checkpoint (the engine's --quantization switch for it is emitted)"
+               if p["hw"].vendor == "huawei" and b.weight_dtype in ("int8", "int4") else "(no flag emitted)")
+        lines.append(f"{b.weight_dtype} weights: serve a checkpoint quantized to {b.weight_dtype}, {how}")
     if p["devices"] > NODE_DEVICES:
         lines.append(f"one instance spans {p['devices']} devices: more than one {NODE_DEVICES}-device server")
     return "\n".join(f"{comment} {x}" for x in lines) + "\n"

@@ -25,7 +25,9 @@ VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-s
 # delayer's two from python/sglang/srt/server_args.py (enable_prefill_delayer, prefill_delayer_max_delay_passes)
 SGLANG = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--mem-fraction-static",
           "--max-running-requests", "--chunked-prefill-size", "--enable-mixed-chunk", "--kv-cache-dtype",
-          "--quantization", "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes"}
+          "--quantization", "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes",
+          # the NPU backend, as SGLang's "Best Practice on Ascend NPU" commands launch it
+          "--device", "--attention-backend"}
 # trtllm-serve options, https://nvidia.github.io/TensorRT-LLM/0.18.2/commands/trtllm-serve.html (+ --ep_size)
 TRTLLM = {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
           "--kv_cache_free_gpu_memory_fraction"}
@@ -111,19 +113,24 @@ def test_sglang_flags_documented(tmp_path, moe):
 
 
 def test_launch_files_count_ranks_per_die_on_a_910c(tmp_path):
-    """A 910C package runs as 2 ranks: ep 4 over packages is SGLang --tp-size 8 --dp-size 8
-    --ep-size 8 and vLLM --data-parallel-size 8; the plan's max_num_seqs is per rank (die), and
-    each vLLM engine core keeps the scenario's whole token budget (8,192: vLLM's limits are each
-    DP engine core's own), not a package's budget split over its two dies."""
+    """A 910C package runs as 2 ranks: ep 4 over packages is SGLang --tp-size 8 --dp-size 8 --ep-size 8 (on
+    its NPU backend) and vLLM --data-parallel-size 8; the INT8 plan loads a modelslim W8A8 checkpoint
+    (vllm-ascend --quantization ascend, SGLang --quantization modelslim); the plan's max_num_seqs is per
+    rank (die), and each vLLM engine core keeps the scenario's whole token budget (8,192: vLLM's limits
+    are each DP engine core's own), not a package's budget split over its two dies."""
     p = tmp_path / "moe910c.yaml"
     p.write_text(MOE.replace("[h100-sxm]", "[ascend-910c]").replace("weight_dtype: [fp8]", "weight_dtype: [int8]")
                  .replace("kv_dtype: fp8", "kv_dtype: bf16") + "cost:\n  prices: {ascend-910c: 2.0}\n")
     best, out = _plan(tmp_path, p, "sglang")
     f = _flags(_command(out / "sglang.sh"))
+    assert set(f) <= SGLANG
     assert (f["--tp-size"], f["--dp-size"], f["--ep-size"]) == ("8", "8", "8")
     assert int(f["--max-running-requests"]) == 8 * best["max_num_seqs"]
+    # SGLang's NPU backend, and the INT8 plan's modelslim W8A8 checkpoint under each engine's switch
+    assert (f["--device"], f["--attention-backend"], f["--quantization"]) == ("npu", "ascend", "modelslim")
     best, out = _plan(tmp_path, p, "vllm")
     f = _flags(_command(out / "vllm.sh"))
+    assert f["--quantization"] == "ascend" and "modelslim checkpoint" in (out / "vllm.sh").read_text()
     assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("1", "8")
     assert int(f["--max-num-seqs"]) == best["max_num_seqs"]
     assert int(f["--max-num-batched-tokens"]) == 8192
