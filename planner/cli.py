@@ -375,7 +375,7 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
                                         "(e.g. --set workload.rate=40); repeatable."),
          emit: tuple[str, str] | None = typer.Option(None, "--emit", metavar="ENGINE DIR",  # noqa: UP007
                                               help="Write the chosen deployment's launch files into DIR: ENGINE is "
-                                              "vllm, sglang, trtllm or k8s (colocated design)."),
+                                              "vllm, sglang, trtllm, mindie or k8s (colocated design)."),
          ) -> None:
     """Plan a scenario: the cheapest deployment meeting its SLOs (and the simulator's check)."""
     from planner.report import print_json

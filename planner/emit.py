@@ -8,6 +8,11 @@ Flag names are the engines' documented ones (checked by ``tests/test_emit.py`` a
   (``--enable-expert-parallel`` makes EP span all TP x DP ranks of a stage).
 * SGLang ``python -m sglang.launch_server``: https://docs.sglang.io/advanced_features/server_arguments.html
 * TensorRT-LLM ``trtllm-serve``: https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve.html
+* MindIE Service ``conf/config.json`` (BackendConfig: npuDeviceIds, ModelDeployConfig / ModelConfig,
+  ScheduleConfig) and ``NPU_MEMORY_FRACTION``: Ascend/MindIE-LLM docs/en/user_guide/user_manual/
+  service_parameter_configuration.md and environment_variable.md (@613aab54); the daemon and the
+  config file at /usr/local/Ascend/mindie/latest/mindie-service/ (bin/mindieservice_daemon,
+  conf/config.json), where MindIE's images install them.
 
 What maps how (one engine process per instance; an instance is ``pp`` stages of ``max(tp, ep)``
 devices, attention ``tp`` x data-parallel ``max(tp, ep) / tp``):
@@ -39,7 +44,7 @@ from typing import Any
 
 from planner.errors import InputError
 
-ENGINES = ("vllm", "sglang", "trtllm", "k8s")
+ENGINES = ("vllm", "sglang", "trtllm", "mindie", "k8s")
 # device-plugin resource names per vendor (NVIDIA, AMD and Ascend Kubernetes device plugins)
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "huawei": "huawei.com/Ascend910"}
 NODE_DEVICES = 8          # devices of a typical 8-GPU/NPU server: larger instances span nodes
@@ -73,6 +78,7 @@ def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path
     files = {"vllm": lambda: {"vllm.sh": _script("vllm", plan)},
              "sglang": lambda: {"sglang.sh": _script("sglang", plan)},
              "trtllm": lambda: {"trtllm.sh": _script("trtllm", plan)},
+             "mindie": lambda: _mindie(plan),
              "k8s": lambda: {f"{plan['name']}.yaml": _k8s(plan)}}[engine]()
     d = Path(directory)
     d.mkdir(exist_ok=True)
@@ -238,6 +244,85 @@ def _script(engine: str, p: dict) -> str:
             "load balancer\n"
             f"MODEL=${{MODEL:-{p['model']}}}   # set to the checkpoint's Hugging Face id or local path\n"
             "exec " + " \\\n  ".join(lines) + "\n")
+
+
+MINDIE_HOME = "/usr/local/Ascend/mindie/latest/mindie-service"
+
+
+def mindie_config(p: dict) -> dict:
+    """The part of MindIE's ``conf/config.json`` the plan decides, nested as that file nests it:
+    one instance on ``worldSize`` ranks (one per die), attention TP x DP and expert TP x EP over them
+    (``tp``/``dp``/``moe_tp``/``moe_ep``, written where the plan splits attention or experts),
+    ``maxBatchSize`` and ``maxPrefillTokens`` the instance's sequences and prompt tokens per
+    iteration, lengths from the workload's request mix (MindIE rejects longer ones: truncation
+    off), KV sized by MindIE itself from ``NPU_MEMORY_FRACTION`` (``npuMemSize`` -1)."""
+    b = p["b"]
+    if b.pp > 1:
+        raise InputError("the MindIE config is emitted for pp = 1 only; emit vllm or trtllm for pipeline stages")
+    if p["devices"] > NODE_DEVICES:
+        raise InputError(f"one instance spans {p['devices']} devices, more than one server: MindIE's multi-node "
+                         "launch (ranktable, multiNodesInferEnabled) is not emitted; plan with fewer devices per "
+                         "instance or emit vllm / sglang")
+    if p["delay_passes"] and p["rank_dp"] > 1:
+        raise InputError(f"MindIE has no prefill delayer, which the plan assumed (engine.prefill_delay_passes: "
+                         f"{p['delay_passes']}); plan with prefill_delay_passes: 0")
+    if p["chunked"] and p["mixed"]:
+        raise InputError("the plan runs decodes in its prompt iterations (engine.mixed_prefill: true); MindIE's "
+                         "Standard template batches prompts apart: plan with engine.framework: mindie")
+    inp, out, _ = p["scn"].workload.joint_support()
+    def up(x: float) -> int:
+        return int(-(-float(x) // 256) * 256)           # a multiple of 256 tokens at or above x
+    max_in, max_seq = up(inp.max()), up((inp + out).max())
+    model_cfg: dict = {"modelName": p["model"], "modelWeightPath": "$MODEL_PATH", "worldSize": p["ranks"],
+                       "npuMemSize": -1, "backendType": "atb"}
+    if p["rank_dp"] > 1 or b.ep > 1:
+        model_cfg |= {"tp": p["rank_tp"], "dp": p["rank_dp"], "moe_tp": p["ranks"] // p["rank_ep"],
+                      "moe_ep": p["rank_ep"]}
+    return {"BackendConfig": {
+        "npuDeviceIds": [list(range(p["ranks"]))],
+        "ModelDeployConfig": {"maxSeqLen": max_seq, "maxInputTokenLen": max_in, "truncation": False,
+                              "ModelConfig": [model_cfg]},
+        "ScheduleConfig": {"templateType": "Standard", "maxBatchSize": p["instance_seqs"],
+                           "maxPrefillTokens": max(p["instance_tokens"], max_in),
+                           "maxIterTimes": up(out.max())}}}
+
+
+_MERGE = """import json, os, shutil, sys
+path, fragment, weights = sys.argv[1:4]
+if not os.path.exists(path + ".orig"):            # the image's own config, kept once
+    shutil.copy2(path, path + ".orig")
+cfg = json.load(open(path + ".orig"))
+def merge(into, new):
+    for k, v in new.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            merge(into[k], v)
+        elif k == "ModelConfig":
+            into[k] = [{**into.get(k, [{}])[0], **v[0]}]
+        else:
+            into[k] = v
+merge(cfg, json.load(open(fragment)))
+cfg["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]["modelWeightPath"] = weights
+json.dump(cfg, open(path, "w"), indent=4)
+"""
+
+
+def _mindie(p: dict) -> dict[str, str]:
+    """``mindie-config.json`` (the plan's keys) and ``mindie.sh``, which merges them into the image's
+    config (kept as ``config.json.orig``), sets the memory fraction and starts the daemon."""
+    import json
+
+    b = p["b"]
+    script = (f"#!/usr/bin/env bash\n{_header(p)}"
+              f"# run {b.instances} of these (one per instance, each on its own {p['devices']} devices) behind a "
+              "load balancer\n"
+              "set -euo pipefail\n"
+              f"MODEL_PATH=${{MODEL_PATH:?set MODEL_PATH to the checkpoint folder of {p['model']}}}\n"
+              f"MINDIE_HOME=${{MINDIE_HOME:-{MINDIE_HOME}}}\n"
+              f"export NPU_MEMORY_FRACTION={p['mem_util']:g}   # the HBM share the plan gave the engine\n"
+              'python3 - "$MINDIE_HOME/conf/config.json" "$(dirname "$0")/mindie-config.json" "$MODEL_PATH" '
+              "<<'EOF'\n" + _MERGE + "EOF\n"
+              'cd "$MINDIE_HOME"\nexec ./bin/mindieservice_daemon\n')
+    return {"mindie-config.json": json.dumps(mindie_config(p), indent=2) + "\n", "mindie.sh": script}
 
 
 def _flag_lines(args: list[str]) -> list[str]:

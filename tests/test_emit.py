@@ -206,3 +206,90 @@ def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
     return p
+
+
+# MindIE Service config.json keys as its parameter page names and nests them (Ascend/MindIE-LLM
+# docs/en/user_guide/user_manual/service_parameter_configuration.md @ 613aab54; tp / dp / moe_tp /
+# moe_ep as MindIE's MoE deployment configs set them in ModelConfig)
+MINDIE_MODEL = {"modelName", "modelWeightPath", "worldSize", "npuMemSize", "backendType",
+                "tp", "dp", "moe_tp", "moe_ep"}
+MINDIE_SCHEDULE = {"templateType", "maxBatchSize", "maxPrefillTokens", "maxIterTimes"}
+MINDIE_DEPLOY = {"maxSeqLen", "maxInputTokenLen", "truncation", "ModelConfig"}
+
+MINDIE_SCN = """\
+name: qwen3-moe-mindie
+model: qwen3-30b-a3b
+workload:
+  rate: 4
+  input: {dist: fixed, value: 520}
+  output: {dist: fixed, value: 256}
+slo:
+  ttft_s: {p90: 1.0}
+  tpot_s: {p90: 0.12}
+engine:
+  framework: mindie
+search:
+  hardware: [ascend-910b]
+  tp: [2]
+cost:
+  prices: {ascend-910b: 1.5}
+"""
+
+
+def test_mindie_config_carries_the_plan_and_merges_keeping_the_images_own(tmp_path):
+    """--emit mindie writes the keys of MindIE's config.json the plan decides, nested as MindIE's
+    parameter page nests them (TP2 on two 910B: worldSize 2, devices [[0, 1]]; maxBatchSize the
+    plan's sequences; prompts of 520 and outputs of 256 tokens -> maxInputTokenLen 768, maxSeqLen
+    1,024, maxIterTimes 256, rounded up to 256; KV sized by MindIE from NPU_MEMORY_FRACTION = the
+    mindie entry's 0.8), and a script that merges them into the image's config, keeping that
+    config as config.json.orig (merging again starts from it: nothing the image held is lost)."""
+    import json
+    import os
+    import subprocess
+
+    best, out = _plan(tmp_path, _write(tmp_path, "m.yaml", MINDIE_SCN), "mindie")
+    cfg = json.loads((out / "mindie-config.json").read_text())["BackendConfig"]
+    deploy, schedule = cfg["ModelDeployConfig"], cfg["ScheduleConfig"]
+    (model,) = deploy["ModelConfig"]
+    assert set(model) <= MINDIE_MODEL and set(schedule) <= MINDIE_SCHEDULE and set(deploy) <= MINDIE_DEPLOY
+    assert cfg["npuDeviceIds"] == [[0, 1]] and model["worldSize"] == 2 and model["npuMemSize"] == -1
+    assert schedule["maxBatchSize"] == best["max_num_seqs"] and schedule["templateType"] == "Standard"
+    assert (deploy["maxInputTokenLen"], deploy["maxSeqLen"], schedule["maxIterTimes"]) == (768, 1024, 256)
+    script = (out / "mindie.sh").read_text()
+    assert "export NPU_MEMORY_FRACTION=0.8 " in script and "predicted TTFT" in script
+    # the merge, run on a stand-in of the image's config
+    home = tmp_path / "mindie-service"
+    (home / "conf").mkdir(parents=True)
+    image = {"ServerConfig": {"port": 1025}, "BackendConfig": {"npuDeviceIds": [[0, 1, 2, 3]], "ModelDeployConfig": {
+        "maxSeqLen": 2560, "ModelConfig": [{"modelInstanceType": "Standard", "cpuMemSize": 5, "worldSize": 4}]},
+        "ScheduleConfig": {"maxBatchSize": 200, "maxPrefillBatchSize": 50}}}
+    (home / "conf" / "config.json").write_text(json.dumps(image))
+    merge = script[script.index("<<'EOF'\n") + 8:script.index("\nEOF\n")]
+    for _ in range(2):
+        subprocess.run(["python3", "-c", merge, str(home / "conf" / "config.json"), str(out / "mindie-config.json"),
+                        "/models/q"], check=True, env={**os.environ})
+    merged = json.loads((home / "conf" / "config.json").read_text())
+    assert json.loads((home / "conf" / "config.json.orig").read_text()) == image
+    m = merged["BackendConfig"]["ModelDeployConfig"]["ModelConfig"][0]
+    assert (m["worldSize"], m["cpuMemSize"], m["modelWeightPath"]) == (2, 5, "/models/q")
+    assert merged["ServerConfig"] == {"port": 1025}
+    assert merged["BackendConfig"]["ScheduleConfig"]["maxPrefillBatchSize"] == 50
+
+
+def test_mindie_emits_expert_parallel_plans_and_refuses_mixed_iterations(tmp_path):
+    """Experts over 4 packages of a 910C are 8 ranks: worldSize 8, attention DP 8 x TP 1 and experts
+    EP 8 x TP 1 (MindIE's tp / dp / moe_tp / moe_ep); a plan whose decodes ride in its prompt
+    iterations (the default engine's way) is refused, since MindIE's Standard template batches
+    prompts apart."""
+    import json
+
+    p = _write(tmp_path, "moe910c.yaml", MOE.replace("[h100-sxm]", "[ascend-910c]").replace(
+        "weight_dtype: [fp8]", "weight_dtype: [int8]").replace("kv_dtype: fp8", "kv_dtype: bf16")
+        + "engine: {framework: mindie}\ncost:\n  prices: {ascend-910c: 2.0}\n")
+    _, out = _plan(tmp_path, p, "mindie")
+    (model,) = json.loads((out / "mindie-config.json").read_text())["BackendConfig"]["ModelDeployConfig"]["ModelConfig"]
+    assert (model["worldSize"], model["tp"], model["dp"], model["moe_tp"], model["moe_ep"]) == (8, 1, 8, 1, 8)
+    assert "modelslim checkpoint" in (out / "mindie.sh").read_text()
+    r = runner.invoke(app, ["plan", str(_write(tmp_path, "mixed.yaml", MOE)), "--emit", "mindie", str(tmp_path / "x")])
+    assert r.exit_code != 0 and "Standard template" in r.output + (r.stderr or "")
+    assert "Traceback" not in r.output
