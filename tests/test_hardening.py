@@ -342,6 +342,34 @@ def test_throughput_cli_slo_point_meets_slo_and_is_the_edge():
     assert best["binding"] == "tpot_s.p90 <= 0.05" and more["tpot_s"]["p90"] > 0.05
 
 
+def test_an_slo_below_the_engines_own_host_time_names_the_engine_not_the_chip():
+    """vllm-ascend's fitted step holds 40 ms of host time: a 30 ms TPOT bound is met by no layout of
+    that engine, and the answer says so (and points at another framework) instead of asking for a
+    larger tp; a bound above it, or a bound the chip misses on its own, keeps the usual advice."""
+    base = ["throughput", "-m", "qwen3-32b", "-H", "ascend-910b", "--tp", "4", "-i", "1000", "-o", "500",
+            "--framework", "vllm-ascend"]
+    r = runner.invoke(app, [*base, "--tpot-p90", "0.03"])
+    assert r.exit_code == 1 and "per-step host time alone is 40 ms" in r.stderr and "--framework" in r.stderr
+    assert "Traceback" not in r.output + r.stderr
+    r = runner.invoke(app, [*base, "--tpot-p90", "0.05"])
+    assert r.exit_code == 1 and "larger tp" in r.stderr and "host time" not in r.stderr
+    r = runner.invoke(app, [*TP[:6], "1", *TP[7:], "--weight-dtype", "fp8", "--tpot-p90", "0.01"])
+    assert r.exit_code == 1 and "larger tp" in r.stderr
+
+
+def test_a_plan_no_candidate_of_its_engine_can_meet_says_so(tmp_path):
+    """planner plan with engine.framework vllm-ascend and a 30 ms TPOT bound: every candidate misses
+    it by the engine's 40 ms of host time per step, which the answer names (not faster hardware)."""
+    p = tmp_path / "va.yaml"
+    p.write_text("name: va\nmodel: qwen3-32b\nworkload:\n  rate: 4\n  input: {dist: fixed, value: 520}\n"
+                 "  output: {dist: fixed, value: 256}\nslo:\n  tpot_s: {p90: 0.03}\nengine:\n  framework: vllm-ascend\n"
+                 "search:\n  hardware: [ascend-910b, ascend-910c]\n  tp: [2, 4]\ncost:\n"
+                 "  prices: {ascend-910b: 1.5, ascend-910c: 3.0}\n")
+    r = runner.invoke(app, ["plan", str(p)])
+    assert r.exit_code != 0 and "per-step host time alone is 40 ms" in r.stderr
+    assert "faster hardware" not in r.stderr and "Traceback" not in r.output + r.stderr
+
+
 def test_throughput_cli_p99_slo_is_the_stricter_bound():
     # MLPerf's Server and Interactive scenarios bound P99: the same bounds on P99 admit no more load
     # than on P90, and P90 bounds above the P99 ones are an input error that names the flags

@@ -173,7 +173,8 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
         light.merge(part_light)
         keep.merge(rows)
     if not keep.rows:
-        raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count))
+        raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count,
+                                              _engine_floor(engine, hardware, slo)))
     survivors = [(ev, k) if power else (_with_power(ev, model, engine, stats, workload.arrival.scv, slo), k)
                  for *_, ev, k in keep.result()]
     deployments = [_deployment(ev, 0, k, rate, slo, cost, stats, model) for ev, k in survivors]
@@ -313,8 +314,18 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
     )
 
 
+def _engine_floor(engine: Engine, hardware: list[str], slo: SLO) -> str | None:
+    """The engine's own reason no candidate can meet ``slo`` (its host time per step or request
+    over a bound, on every candidate device), or None."""
+    from planner.catalog.hardware import hardware as profile
+    from planner.serving.load_point import engine_floor
+
+    floors = [engine_floor(with_framework(profile(h), engine.framework), slo) for h in hardware]
+    return floors[0] if floors and all(floors) else None
+
+
 def _why_infeasible(model: ModelSpec, light: _LightLoad, slo: SLO, rate: float, max_instances: int,
-                    count: int) -> str:
+                    count: int, floor: str | None = None) -> str:
     if count == 0:
         return f"no valid layout of {model.name} on the candidate hardware (check tp/ep/pp lists and domain sizes)"
     if not light.fits:
@@ -325,7 +336,8 @@ def _why_infeasible(model: ModelSpec, light: _LightLoad, slo: SLO, rate: float, 
              for metric in ("ttft_s", "tpot_s", "e2e_s") for p, bound in getattr(slo, metric).items()
              for k in [f"{metric}.{p}"] if best[k] > bound]
     if unmet:
-        return "SLO unreachable on every candidate: " + "; ".join(unmet) + ". Relax it or add faster hardware."
+        return ("SLO unreachable on every candidate: " + "; ".join(unmet)
+                + (f"; {floor}" if floor else ". Relax it or add faster hardware."))
     if slo.attainment is not None:
         return f"SLO attainment {slo.attainment} unreachable on every candidate; relax it or the latency bounds"
     return (f"meeting the SLOs at {rate:g} req/s needs more than max_instances={max_instances} instances; "

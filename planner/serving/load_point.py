@@ -97,6 +97,28 @@ def at_rate(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len
     return _point(m, hw, lay, c, float(rate), max_rate, "rate", input_len, output_len)
 
 
+def engine_floor(hw, slo: SLO) -> str | None:
+    """Why no layout of this engine can meet ``slo``, if that is so: a TPOT bound at or below the
+    engine's per-step host time, or a TTFT bound at or below its per-request time plus one step
+    (a framework's ``step_overhead`` / ``request_overhead``, e.g. vllm-ascend's 40 ms per step);
+    else None."""
+    eff, bounds = hw.efficiency, slo.thresholds()
+    step, front = eff.step_overhead.value, eff.request_overhead.value + eff.step_overhead.value
+    if bounds.get("tpot_s", np.inf) <= step:
+        return (f"this engine's per-step host time alone is {step * 1e3:.3g} ms, at or above the TPOT bound: no "
+                "layout meets it on this engine; try another --framework (engine.framework)")
+    if bounds.get("ttft_s", np.inf) <= front:
+        return (f"this engine's per-request time plus one step is {front * 1e3:.3g} ms, at or above the TTFT bound: "
+                "no layout meets it on this engine; try another --framework (engine.framework)")
+    return None
+
+
+def slo_remedy(hw, slo: SLO) -> str:
+    """What would fix an SLO that no load meets: another engine (``engine_floor``), else more
+    devices or a faster chip."""
+    return engine_floor(hw, slo) or "try a larger tp or a faster chip"
+
+
 def max_load(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len: int, output_len: int,
              slo: SLO, weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
              engine: Engine | None = None, lengths: Workload | None = None) -> LoadPoint:
@@ -112,7 +134,7 @@ def max_load(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_le
                   for metric in ("ttft_s", "tpot_s", "e2e_s") for p, bound in getattr(slo, metric).items()
                   if getattr(c, metric[:-2])[p][0, first] > bound]
         raise InfeasibleError(f"{m.name} tp={tp} pp={pp} ep={ep} on {hw.name} misses the SLO even at the lightest "
-                              f"load ({'; '.join(missed) or 'attainment'}); try a larger tp or a faster chip")
+                              f"load ({'; '.join(missed) or 'attainment'}); {slo_remedy(hw, slo)}")
     i = int(np.flatnonzero(ok)[-1])
     nxt = i + 1 if i + 1 < ok.size else None
     binding = "capacity" if nxt is None or not stable[nxt] else next(

@@ -86,10 +86,11 @@ def max_load_replayed(model, hw, lay, dtypes, engine, slo: SLO, saturated_rate: 
         lightest = lightest if held else (mid, r)
     if best is None:
         rate, r = lightest
+        from planner.serving.load_point import slo_remedy
+
         raise InfeasibleError(f"{model.name} tp={lay.tp} pp={lay.pp} ep={lay.ep} on {hw.name} misses the SLO even at "
                               f"{rate:.3g} req/s, the lightest load replayed "
-                              f"({'; '.join(missed(r)) or 'completions fall behind arrivals'}); try a larger tp or a "
-                              "faster chip")
+                              f"({'; '.join(missed(r)) or 'completions fall behind arrivals'}); {slo_remedy(hw, slo)}")
     pct = lambda x: {p: float(np.percentile(x, float(p[1:]))) for p in PERCENTILES}  # noqa: E731
     return ReplayedLoad(requests_per_s=lo, output_tokens_per_s=lo * float(out.mean()), ttft_s=pct(best.ttft_s),
                         tpot_s=pct(best.tpot_s), requests=n, bracket_rate=start)
