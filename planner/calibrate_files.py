@@ -6,7 +6,10 @@ lengths and concurrency) with a candidate entry; the step overhead, GEMM scale a
 minimize the sum of squared log errors of mean TTFT, mean TPOT and output tokens/s over all runs
 (``scipy.optimize.least_squares``, trust-region reflective, bounds 0.1-100 ms and 0.1-1.0; started
 from the best point of a 2 x 2 x 2 grid of ``calibrate.candidate`` entries). Log errors weigh a 10%
-miss alike on a 20 ms TPOT and a 2 s TTFT. The entry keeps the base entry's scheduling defaults
+miss alike on a 20 ms TPOT and a 2 s TTFT. ``--host-only`` fits host time instead of kernel scales -
+per step (0.1-100 ms), per running sequence (0-2,000 us) and per request in TTFT (0-500 ms) - for
+an engine that runs the profile's kernels and differs by its scheduler (MindIE's synchronous
+scheduling: the catalog's mindie entry is fitted so). The entry keeps the base entry's scheduling defaults
 (max_num_seqs, KV reservation) when NAME is a catalog framework. The written file is a
 one-entry frameworks file, usable wherever a framework name is (``framework(path)``); its header
 gives the fit's residuals and their slowdown quantiles (in-sample: a band for these runs only).
@@ -30,6 +33,12 @@ from planner.serving.closed_loop import throughput
 
 METRICS = ("ttft_s", "tpot_s", "output_tokens_per_s")
 GRID = ((3.0, 15.0), (0.5, 0.9), (0.6, 0.95))    # starting points: overhead ms, gemm, memory
+# --host-only: (name, start values, lower, upper, scale, seconds per unit) of each fitted host time
+HOST = (("step_overhead_ms", (3.0, 15.0), 0.1, 100.0, 5.0, 1e-3),
+        ("sequence_overhead_us", (0.0, 200.0), 0.0, 2000.0, 100.0, 1e-6),
+        ("request_overhead_ms", (0.0, 40.0), 0.0, 500.0, 10.0, 1e-3))
+KERNEL = (("step_overhead_ms", GRID[0], 0.1, 100.0, 5.0, 1e-3), ("gemm_scale", GRID[1], 0.1, 1.0, 0.2, 1.0),
+          ("memory_scale", GRID[2], 0.1, 1.0, 0.2, 1.0))
 
 
 def predict_runs(runs: list[Run], fw: Framework, hw_name: str, model: str, deploy: dict) -> np.ndarray:
@@ -48,40 +57,49 @@ def measured(runs: list[Run]) -> np.ndarray:
     return np.array([[getattr(r, m) if getattr(r, m) else np.nan for m in METRICS] for r in runs], dtype=float)
 
 
-def _log_errors(x, base, runs, hw_name, model, deploy, meas) -> np.ndarray:
-    pred = predict_runs(runs, candidate(base, x[0] * 1e-3, x[1], x[2]), hw_name, model, deploy)
+def _entry(base: Framework, x, host: bool, note: str | None = None) -> Framework:
+    """``base`` with fitted parameters ``x`` (``KERNEL`` or ``HOST`` order, in their units)."""
+    if host:
+        return candidate(base, x[0] * 1e-3, None, sequence_s=x[1] * 1e-6, request_s=x[2] * 1e-3, note=note)
+    return candidate(base, x[0] * 1e-3, float(x[1]), float(x[2]), note=note)
+
+
+def _log_errors(x, base, runs, hw_name, model, deploy, meas, host) -> np.ndarray:
+    pred = predict_runs(runs, _entry(base, x, host), hw_name, model, deploy)
     e = np.log(pred / meas)
     return e[np.isfinite(e)]
 
 
-def fit_runs(runs: list[Run], hw_name: str, model: str, deploy: dict, base: Framework) -> tuple[Framework, dict]:
-    """The fitted entry and its report (parameters, residuals, in-sample slowdown quantiles)."""
+def fit_runs(runs: list[Run], hw_name: str, model: str, deploy: dict, base: Framework,
+             host: bool = False) -> tuple[Framework, dict]:
+    """The fitted entry and its report (parameters, residuals, in-sample slowdown quantiles);
+    ``host``: the three host times instead of the step time and kernel scales."""
     from scipy.optimize import least_squares
 
     meas = measured(runs)
     if np.isfinite(meas).sum() < 3:
         raise InputError("calibrate needs at least 3 measured values (TTFT, TPOT or throughput) to fit 3 parameters")
-    args = (base, runs, hw_name, model, deploy, meas)
-    starts = [np.array(x) for x in np.array(np.meshgrid(*GRID)).reshape(3, -1).T]   # 8 corners
+    params = HOST if host else KERNEL
+    args = (base, runs, hw_name, model, deploy, meas, host)
+    starts = [np.array(x) for x in np.array(np.meshgrid(*(p[1] for p in params))).reshape(3, -1).T]   # 8 corners
     x0 = min(starts, key=lambda x: float(np.sum(_log_errors(x, *args) ** 2)))
-    lo, hi = [0.1, 0.1, 0.1], [100.0, 1.0, 1.0]
-    res = least_squares(_log_errors, x0, args=args, bounds=(lo, hi),
-                        diff_step=1e-3, x_scale=[5.0, 0.2, 0.2], xtol=1e-6, ftol=1e-8)
-    fw = candidate(base, res.x[0] * 1e-3, float(res.x[1]), float(res.x[2]),
-                   note=f"planner calibrate on {len(runs)} run(s) of {hw_name}/{model}")
+    lo, hi = [p[2] for p in params], [p[3] for p in params]
+    res = least_squares(_log_errors, np.clip(x0, lo, hi), args=args, bounds=(lo, hi),
+                        diff_step=1e-3, x_scale=[p[4] for p in params], xtol=1e-6, ftol=1e-8)
+    fw = _entry(base, res.x, host, note=f"planner calibrate on {len(runs)} run(s) of {hw_name}/{model}")
     pred = predict_runs(runs, fw, hw_name, model, deploy)
     rel = pred / meas - 1.0
     slowdown = np.where(np.arange(len(METRICS)) < 2, meas / pred, pred / meas)[np.isfinite(meas)]
     s = np.sort(slowdown)
-    report = {"step_overhead_ms": float(res.x[0]), "gemm_scale": float(res.x[1]), "memory_scale": float(res.x[2]),
+    report = {**{p[0]: float(v) for p, v in zip(params, res.x, strict=True)},
               "points": int(np.isfinite(meas).sum()),
               "median_abs_rel_error": float(np.nanmedian(np.abs(rel))),
               "max_abs_rel_error": float(np.nanmax(np.abs(rel))),
               "per_metric_median_abs_rel_error": {m: float(np.nanmedian(np.abs(rel[:, j]))) if np.isfinite(
                   rel[:, j]).any() else None for j, m in enumerate(METRICS)},
               "slowdown_p10_p50_p90": [conformal_quantile(s, q) for q in (0.1, 0.5, 0.9)],
-              "at_bounds": [n for n, v, a, b in zip(("step_overhead_ms", "gemm_scale", "memory_scale"), res.x, lo, hi,
-                                                    strict=True) if min(v - a, b - v) < 1e-6 * (b - a)]}
+              "at_bounds": [p[0] for p, v, a, b in zip(params, res.x, lo, hi, strict=True)
+                            if min(v - a, b - v) < 1e-6 * (b - a)]}
     return fw, report
 
 
@@ -93,14 +111,15 @@ def base_entry(name: str) -> Framework:
         return Framework(description=f"{name} (calibrated from the user's benchmark runs)")
 
 
-def calibrate_files(files: list[str], hw_name: str, model: str, name: str, deploy: dict) -> tuple[Framework, dict]:
+def calibrate_files(files: list[str], hw_name: str, model: str, name: str, deploy: dict,
+                    host: bool = False) -> tuple[Framework, dict]:
     runs = [r for f in files for r in read_runs(f)]
     hardware(hw_name)                                    # unknown names fail before any work
     for key in ("tp", "pp", "ep"):                       # the files' layout unless given
         if deploy.get(key) is None:
             vals = {getattr(r, key) for r in runs if getattr(r, key)}
             deploy[key] = int(vals.pop()) if len(vals) == 1 else 1
-    fw, report = fit_runs(runs, hw_name, model, deploy, base_entry(name))
+    fw, report = fit_runs(runs, hw_name, model, deploy, base_entry(name), host)
     report |= {"files": files, "runs": len(runs), "tools": sorted({r.tool for r in runs}), "hardware": hw_name,
                "model": model, **{k: v for k, v in deploy.items() if v is not None}}
     desc = f"{name}: fitted by planner calibrate to {len(runs)} run(s) ({', '.join(report['tools'])}) on {hw_name}"

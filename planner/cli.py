@@ -608,6 +608,9 @@ def calibrate(
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format of the runs."),
     kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format of the runs."),  # noqa: UP007
     json_out: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),
+    host_only: bool = typer.Option(False, "--host-only", help="Fit host time per step, per running sequence and "
+                                   "per request instead of the step time and GEMM / memory scales (an engine on "
+                                   "the profile's kernels, e.g. MindIE)."),
 ) -> None:
     """Fit a framework entry (step overhead, GEMM and memory scales) to your own benchmark runs."""
     from pathlib import Path
@@ -616,15 +619,18 @@ def calibrate(
     from planner.report import out, print_json
 
     deploy = dict(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None)
-    fw, report = calibrate_files(results, hardware, model, name, deploy)
+    fw, report = calibrate_files(results, hardware, model, name, deploy, host_only)
     path = Path(output or f"{name}.yaml")
     path.write_text(dump_entry(name, fw, report, str(path)))
     report["written"] = str(path)
     if json_out:
         print_json(report)
         return
-    out.print(f"{name}: step overhead {report['step_overhead_ms']:.2f} ms, GEMM scale {report['gemm_scale']:.3f}, "
-              f"memory scale {report['memory_scale']:.3f} from {report['runs']} run(s) ({', '.join(report['tools'])})")
+    fitted = (f"step overhead {report['step_overhead_ms']:.2f} ms, per sequence {report['sequence_overhead_us']:.0f} "
+              f"us, per request {report['request_overhead_ms']:.1f} ms" if host_only else
+              f"step overhead {report['step_overhead_ms']:.2f} ms, GEMM scale {report['gemm_scale']:.3f}, "
+              f"memory scale {report['memory_scale']:.3f}")
+    out.print(f"{name}: {fitted} from {report['runs']} run(s) ({', '.join(report['tools'])})")
     out.print(f"error on those runs: median {report['median_abs_rel_error']:.1%}, max "
               f"{report['max_abs_rel_error']:.1%}; slowdown P10/P50/P90 "
               + "/".join(f"{v:.3f}" for v in report["slowdown_p10_p50_p90"]))
