@@ -257,6 +257,8 @@ def mindie_config(p: dict) -> dict:
     iteration, lengths from the workload's request mix (MindIE rejects longer ones: truncation
     off), KV sized by MindIE itself from ``NPU_MEMORY_FRACTION`` (``npuMemSize`` -1)."""
     b = p["b"]
+    if p["hw"].vendor != "huawei":
+        raise InputError(f"MindIE serves on Ascend NPUs; the plan chose {p['hw'].name}: emit vllm, sglang or trtllm")
     if b.pp > 1:
         raise InputError("the MindIE config is emitted for pp = 1 only; emit vllm or trtllm for pipeline stages")
     if p["devices"] > NODE_DEVICES:
@@ -270,9 +272,7 @@ def mindie_config(p: dict) -> dict:
         raise InputError("the plan runs decodes in its prompt iterations (engine.mixed_prefill: true); MindIE's "
                          "Standard template batches prompts apart: plan with engine.framework: mindie")
     inp, out, _ = p["scn"].workload.joint_support()
-    def up(x: float) -> int:
-        return int(-(-float(x) // 256) * 256)           # a multiple of 256 tokens at or above x
-    max_in, max_seq = up(inp.max()), up((inp + out).max())
+    max_in, max_seq = _tokens_up(inp.max()), _tokens_up((inp + out).max())
     model_cfg: dict = {"modelName": p["model"], "modelWeightPath": "$MODEL_PATH", "worldSize": p["ranks"],
                        "npuMemSize": -1, "backendType": "atb"}
     if p["rank_dp"] > 1 or b.ep > 1:
@@ -284,7 +284,12 @@ def mindie_config(p: dict) -> dict:
                               "ModelConfig": [model_cfg]},
         "ScheduleConfig": {"templateType": "Standard", "maxBatchSize": p["instance_seqs"],
                            "maxPrefillTokens": max(p["instance_tokens"], max_in),
-                           "maxIterTimes": up(out.max())}}}
+                           "maxIterTimes": _tokens_up(out.max())}}}
+
+
+def _tokens_up(x: float) -> int:
+    """A multiple of 256 tokens at or above ``x``."""
+    return int(-(-float(x) // 256) * 256)
 
 
 _MERGE = """import json, os, shutil, sys

@@ -290,6 +290,12 @@ def test_mindie_emits_expert_parallel_plans_and_refuses_mixed_iterations(tmp_pat
     (model,) = json.loads((out / "mindie-config.json").read_text())["BackendConfig"]["ModelDeployConfig"]["ModelConfig"]
     assert (model["worldSize"], model["tp"], model["dp"], model["moe_tp"], model["moe_ep"]) == (8, 1, 8, 1, 8)
     assert "modelslim checkpoint" in (out / "mindie.sh").read_text()
-    r = runner.invoke(app, ["plan", str(_write(tmp_path, "mixed.yaml", MOE)), "--emit", "mindie", str(tmp_path / "x")])
+    mixed = _write(tmp_path, "mixed.yaml", MOE.replace("[h100-sxm]", "[ascend-910c]").replace(
+        "weight_dtype: [fp8]", "weight_dtype: [int8]").replace("kv_dtype: fp8", "kv_dtype: bf16")
+        + "cost:\n  prices: {ascend-910c: 2.0}\n")
+    r = runner.invoke(app, ["plan", str(mixed), "--emit", "mindie", str(tmp_path / "x")])
     assert r.exit_code != 0 and "Standard template" in r.output + (r.stderr or "")
     assert "Traceback" not in r.output
+    # a plan on GPUs is not a MindIE deployment
+    r = runner.invoke(app, ["plan", str(_write(tmp_path, "gpu.yaml", MOE)), "--emit", "mindie", str(tmp_path / "y")])
+    assert r.exit_code != 0 and "Ascend" in r.output + (r.stderr or "") and not (tmp_path / "y").exists()
