@@ -32,13 +32,13 @@ from planner.serving.batching import Engine
 from planner.serving.closed_loop import throughput
 
 METRICS = ("ttft_s", "tpot_s", "output_tokens_per_s")
-GRID = ((3.0, 15.0), (0.5, 0.9), (0.6, 0.95))    # starting points: overhead ms, gemm, memory
-# --host-only: (name, start values, lower, upper, scale, seconds per unit) of each fitted host time
-HOST = (("step_overhead_ms", (3.0, 15.0), 0.1, 100.0, 5.0, 1e-3),
-        ("sequence_overhead_us", (0.0, 200.0), 0.0, 2000.0, 100.0, 1e-6),
-        ("request_overhead_ms", (0.0, 40.0), 0.0, 500.0, 10.0, 1e-3))
-KERNEL = (("step_overhead_ms", GRID[0], 0.1, 100.0, 5.0, 1e-3), ("gemm_scale", GRID[1], 0.1, 1.0, 0.2, 1.0),
-          ("memory_scale", GRID[2], 0.1, 1.0, 0.2, 1.0))
+# the fitted parameters, in the units ``_entry`` reads them in: (name, the two starting values of
+# the 2 x 2 x 2 grid, lower and upper bound, least-squares scale); the default fit, and --host-only
+KERNEL = (("step_overhead_ms", (3.0, 15.0), 0.1, 100.0, 5.0), ("gemm_scale", (0.5, 0.9), 0.1, 1.0, 0.2),
+          ("memory_scale", (0.6, 0.95), 0.1, 1.0, 0.2))
+HOST = (("step_overhead_ms", (3.0, 15.0), 0.1, 100.0, 5.0),
+        ("sequence_overhead_us", (0.0, 200.0), 0.0, 2000.0, 100.0),
+        ("request_overhead_ms", (0.0, 40.0), 0.0, 500.0, 10.0))
 
 
 def predict_runs(runs: list[Run], fw: Framework, hw_name: str, model: str, deploy: dict) -> np.ndarray:
