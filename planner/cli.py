@@ -58,6 +58,12 @@ FRAMEWORK_HELP = ("Serving engine whose efficiencies and overheads apply (vllm, 
                   "or a framework YAML file); default vllm.")
 
 
+class StateDTypeOpt(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
 class DTypeOpt(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -294,6 +300,9 @@ def whatif(
         "qwen3-32b-eagle3, llama-3.1-8b-eagle3, llama-3.1-70b-eagle3, deepseek-v3-eagle3) or a local "
         "EAGLE-3 config.json.")),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
+    state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=(  # noqa: UP007
+        "Format of linear-attention recurrent states (Gated DeltaNet: SGLang --mamba-ssm-dtype, vLLM "
+        "--mamba-ssm-cache-dtype); default the framework's (SGLang fp32, vLLM the model's bf16).")),
     cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
                            "(ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -307,7 +316,7 @@ def whatif(
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
-                 framework=framework, cp=cp, draft=draft)
+                 framework=framework, cp=cp, draft=draft, state_dtype=state_dtype.value if state_dtype else None)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:

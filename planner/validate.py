@@ -11,7 +11,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from planner.catalog.frameworks import Framework, framework
+from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import Format, Framework, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
 from planner.errors import InfeasibleError, PlannerError
 from planner.frozen import Frozen
@@ -72,6 +73,9 @@ class Point(Frozen):
                                        "activations and KV (SGLang --mem-fraction-static, vLLM "
                                        "--gpu-memory-utilization), where its command sets one: it replaces the "
                                        "framework's default in the engine's memory policy")
+    state_dtype: DType | None = Field(None, description="the format the run keeps linear-attention recurrent states "
+                                      "in, where its command sets one (SGLang --mamba-ssm-dtype, vLLM "
+                                      "--mamba-ssm-cache-dtype): it replaces the framework's default")
     num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
                                      "the source states it: an offline run (all queued at once) or, with "
                                      "concurrency, a closed loop of that many clients is then replayed by the "
@@ -160,10 +164,13 @@ def predict(p: Point, fw: Framework | None = None) -> float:
 
 
 def _as_run(fw: Framework | None, p: Point) -> Framework:
-    """``fw`` (default: the point's framework entry) with the memory fraction ``p``'s run set on its
-    command line, if it set one (the policy's kind stays the engine's; an entry without one has
-    the profiles' total fraction)."""
+    """``fw`` (default: the point's framework entry) with the memory fraction and the recurrent-state
+    format ``p``'s run set on its command line, where it set them (the memory policy's kind stays
+    the engine's; an entry without one has the profiles' total fraction)."""
     fw = fw or framework(p.framework)
+    if p.state_dtype is not None:
+        fw = fw.model_copy(update={"linear_state_dtype": Format(
+            value=p.state_dtype, source=f"the run's command line ({p.source})")})
     if p.mem_fraction is None:
         return fw
     frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")

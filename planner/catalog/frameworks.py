@@ -45,6 +45,12 @@ class Switch(Frozen):
     note: str | None = None
 
 
+class Format(Frozen):
+    value: DType
+    source: str
+    note: str | None = None
+
+
 class Framework(Frozen):
     name: str = ""
     description: str
@@ -83,6 +89,7 @@ class Framework(Frozen):
     dp_balance: DpBalance | None = None       # how requests are placed on attention-DP replicas
     mixed_prefill: Switch | None = None       # decodes ride in prompt iterations (Engine.mixed_prefill)
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
+    linear_state_dtype: Format | None = None   # Gated DeltaNet state format (Efficiency.linear_state_dtype)
 
     @field_validator("ep_bulk")
     @classmethod
@@ -137,6 +144,8 @@ class Framework(Frozen):
                 update[field] = getattr(self, field)
         if self.ep_bulk:
             update["ep_bulk"] = self.ep_bulk
+        if self.linear_state_dtype is not None:
+            update["linear_state_dtype"] = self.linear_state_dtype.value
         if self.grouped_gemm_by_format:
             update["grouped_by_format"] = {**eff.grouped_by_format, **self.grouped_gemm_by_format}
         for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks"):

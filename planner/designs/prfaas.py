@@ -129,8 +129,12 @@ class PrfaasResult(BaseModel):
     cache: CacheReport | None = None   # a session workload's prefix cache at the local site, per tier
 
 
-def _state_bytes(model: ModelSpec, kv: DType) -> float:
-    return float(np.ravel(state_bytes_per_sequence_device(model, Layout.of(1, 1, 1), kv))[0])
+def _state_bytes(model: ModelSpec, spec: PrfaasSpec) -> float:
+    """A request's linear-attention state (and windowed KV) as the remote site hands it over: in
+    the format its engine keeps it in."""
+    state = with_framework(get_hardware(spec.remote.hardware)).efficiency.linear_state_dtype
+    return float(np.ravel(state_bytes_per_sequence_device(model, Layout.of(1, 1, 1), spec.kv_dtype,
+                                                          state_dtype=state))[0])
 
 
 def _layout(model: ModelSpec, site: Site) -> Layout:
@@ -206,7 +210,7 @@ def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_
         counter["break_even_gbps"] = _break_even(counter["bandwidth_sweep"])
     sim = simulate_prfaas(model, spec, workload, dtypes, prfaas) if spec.simulate_requests else None
     return PrfaasResult(scenario=name, model=model.name, kv_bytes_per_token=kv_cache_bytes_per_token(
-        model, spec.kv_dtype), state_bytes_per_request=_state_bytes(model, spec.kv_dtype), systems=list(sys_),
+        model, spec.kv_dtype), state_bytes_per_request=_state_bytes(model, spec), systems=list(sys_),
         gains=gains, bandwidth_sweep=sweep, counterfactual=counter, simulation=sim, notes=notes)
 
 
@@ -218,7 +222,7 @@ def simulate_prfaas(model, spec: PrfaasSpec, workload: Workload, dtypes, system:
     rate = spec.queue_load * system.max_rate
     a, i, o = workload.with_rate(rate).sample(spec.simulate_requests, 7)
     kv = kv_cache_bytes_per_token(model, spec.kv_dtype) * np.round(i * (1 - spec.remote.prefix_hit)) \
-        + _state_bytes(model, spec.kv_dtype)
+        + _state_bytes(model, spec)
     site = lambda s, n: (with_framework(get_hardware(s.hardware)), _layout(model, s), n)  # noqa: E731
     r, link = simulate_remote_prefill(
         model, site(spec.local, system.prefill_instances), site(spec.remote, system.remote_instances),
@@ -257,7 +261,7 @@ def _evaluate(model, spec: PrfaasSpec, workload: Workload, dtypes, usd_per_h, li
     t_local = _site_prefill_s(model, spec.local, dtypes, i)
     t_remote = _site_prefill_s(model, spec.remote, dtypes, i)
     kv = kv_cache_bytes_per_token(model, spec.kv_dtype) * np.round(i * (1 - spec.remote.prefix_hit)) \
-        + _state_bytes(model, spec.kv_dtype)
+        + _state_bytes(model, spec)
     bw = link.bytes_per_s
     xfer = kv / bw + link.rtt_s
     bs_max, t_dec = _decode_capacity(model, spec.local, dtypes, workload, 1 / spec.decode_tokens_per_s)

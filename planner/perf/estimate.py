@@ -38,7 +38,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
-from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops
+from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops, recurrent_state_dtype
 from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
@@ -66,6 +66,21 @@ class PhaseTimes:
     @property
     def e2e_s(self) -> np.ndarray:
         return self.ttft_s + (self.output_len - 1) * self.tpot_s
+
+
+def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:
+    """``hw`` whose engine keeps linear-attention recurrent states in ``state_dtype`` (None: as
+    its framework entry says: ``Efficiency.linear_state_dtype``)."""
+    if state_dtype is None:
+        return hw
+    try:
+        fmt = DType(state_dtype)
+    except ValueError:
+        raise InputError(f"state_dtype {state_dtype!r}: expected one of fp32, bf16, fp16") from None
+    if fmt not in (DType.fp32, DType.bf16, DType.fp16):
+        raise InputError(f"state_dtype {fmt.value}: recurrent states are kept in fp32, bf16 or fp16 (engines "
+                         "offer no narrower format)")
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"linear_state_dtype": fmt})})
 
 
 def resolve_dtypes(model: ModelSpec, weight_dtype: str | DType | None, kv_dtype: str | DType | None) -> DTypes:
@@ -121,7 +136,8 @@ def _decode_ops(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     ``1 + k`` tokens of each and the ``k`` draft passes, as ``hw``'s engine runs them (its MoE
     all-to-all backend and shared-expert placement, its draft-extend pass)."""
     eff, k = hw.efficiency, spec.draft_tokens
-    return (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, eff.moe_a2a, eff.shared_expert_ranks)
+    return (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, eff.moe_a2a, eff.shared_expert_ranks,
+                      eff.linear_state_dtype)
             + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k, extend=eff.draft_extend,
                             draft=spec.draft, a2a=eff.moe_a2a, shared_ranks=eff.shared_expert_ranks))
 
@@ -179,6 +195,7 @@ class Estimate(Banded):
     mtp_tokens: int = 0
     mtp_acceptance: float = 0.0
     draft: str | None = None          # the EAGLE-3 draft model (catalog name or config.json); None: MTP module
+    state_dtype: str | None = None    # linear-attention recurrent state format (None: the model has none)
     cp: int = 1                       # prefill context-parallel over cp instances (ring attention)
     ttft_s: float
     tpot_s: float
@@ -216,7 +233,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
              ep: int = 1, batch: int = 1, input_len: int, output_len: int,
              weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
              mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None,
-             cp: int = 1, draft: str | DraftSpec | None = None) -> Estimate:
+             cp: int = 1, draft: str | DraftSpec | None = None, state_dtype: str | DType | None = None) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
     draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
     names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
@@ -225,8 +242,9 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     ``perf.context_parallel``), which the accelerator count and price include; TPOT and memory
     stay one instance's (the decode runs on one of them); ``draft`` the EAGLE-3 draft model that
     proposes the draft tokens (a ``catalog.draft`` name or an EAGLE-3 ``config.json``; default the
-    model's own MTP module)."""
-    m, hw = get_model(model), with_framework(get_hardware(hardware), framework)
+    model's own MTP module); ``state_dtype`` the format linear-attention recurrent states are kept
+    in (SGLang ``--mamba-ssm-dtype``, vLLM ``--mamba-ssm-cache-dtype``; default the engine's)."""
+    m, hw = get_model(model), with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype)
     tp, pp, ep, batch, cp = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch),
                                                                ("cp", cp)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
@@ -260,6 +278,8 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
+        state_dtype=None if m.linear_attention is None else recurrent_state_dtype(
+            m.linear_attention.kind, hw.efficiency.linear_state_dtype).value,
         draft=None if draft is None else (draft.name if isinstance(draft, DraftSpec) else str(draft)),
         cp=cp, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
         total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,
@@ -341,8 +361,8 @@ def estimate_inputs(e: Estimate) -> tuple[ModelSpec, HardwareProfile, DraftSpec 
     resolved, local files included; for an Estimate rebuilt from its JSON, its names looked up."""
     if e._inputs is not None:
         return e._inputs
-    return (get_model(e.model), with_framework(get_hardware(e.hardware), e.framework or None),
-            get_draft(e.draft))
+    return (get_model(e.model), with_state_dtype(with_framework(get_hardware(e.hardware), e.framework or None),
+                                                  e.state_dtype), get_draft(e.draft))
 
 
 def operator_breakdown(e: Estimate) -> list[dict]:

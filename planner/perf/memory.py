@@ -17,7 +17,7 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops, mtp_draft_ops
+from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops, mtp_draft_ops, recurrent_state_dtype
 from planner.perf.parallel import Layout, on_dies
 
 if TYPE_CHECKING:
@@ -54,25 +54,25 @@ def _on_package(per_rank, model: ModelSpec, layout: Layout, kv_dtype: DType, hw:
     return per_rank(model, ranks, kv_dtype) * (ranks.tp / layout.tp)
 
 
-# Linear-attention recurrent states are kept in FP32 whatever the KV format: the chunked
-# delta-rule kernels (flash-linear-attention, as vLLM and SGLang run Gated DeltaNet / KDA)
-# accumulate the state in FP32, and engines store it so (TensorRT-LLM exposes the choice as
-# KvCacheConfig.mamba_ssm_cache_dtype, float32 among its options). The conv window follows the KV.
-RECURRENT_STATE_DTYPE = DType.fp32
-
-
 def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: DType,
-                                    hw: HardwareProfile | None = None) -> np.ndarray:
+                                    hw: HardwareProfile | None = None,
+                                    state_dtype: DType | None = None) -> np.ndarray:
     """Per-sequence memory that does not grow with the context, on one device: linear-attention
-    state, and the KV of windowed layers, reserved for their whole window (``window.size``
-    tokens: exact once a sequence is longer than the window, as engines that free out-of-window
-    blocks hold it; it overstates shorter ones by the part of the window they do not fill)."""
+    state (in ``state_dtype``; None: ``hw``'s engine format, FP32 without ``hw``), and the KV of
+    windowed layers, reserved for their whole window (``window.size`` tokens: exact once a
+    sequence is longer than the window, as engines that free out-of-window blocks hold it; it
+    overstates shorter ones by the part of the window they do not fill)."""
+    if state_dtype is None and hw is not None:
+        state_dtype = hw.efficiency.linear_state_dtype
     if hw is not None and hw.dies_per_device > 1:
-        return _on_package(state_bytes_per_sequence_device, model, layout, kv_dtype, hw)
+        def per_rank(m: ModelSpec, lay: Layout, kv: DType) -> np.ndarray:
+            return state_bytes_per_sequence_device(m, lay, kv, state_dtype=state_dtype)
+        return _on_package(per_rank, model, layout, kv_dtype, hw)
     out = np.zeros(layout.tp.shape)
     la, win = model.linear_attention, model.window
     if la is not None:
-        per_layer = la.recurrent_elements * RECURRENT_STATE_DTYPE.bytes + la.conv_elements * kv_dtype.bytes
+        state = recurrent_state_dtype(la.kind, state_dtype)
+        per_layer = la.recurrent_elements * state.bytes + la.conv_elements * kv_dtype.bytes
         out = out + len(la.layers) * per_layer / layout.tp / layout.pp
     if win is not None:
         per_layer = _kv_elements_per_token_layer(model, layout.tp)
@@ -199,7 +199,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     dp = layout.attention_dp
     per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
     per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
-        model, layout, dtypes.kv)
+        model, layout, dtypes.kv, state_dtype=hw.efficiency.linear_state_dtype)
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)

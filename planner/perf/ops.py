@@ -39,6 +39,19 @@ if TYPE_CHECKING:
 LINEAR_CHUNK = 64
 
 
+def recurrent_state_dtype(kind: str, engine: DType | None = None) -> DType:
+    """Format a linear-attention layer's recurrent state (``heads x dk x dv`` per sequence) is
+    stored and streamed in. Gated DeltaNet: the engine's (``Efficiency.linear_state_dtype``):
+    SGLang keeps it in FP32 by default (``--mamba-ssm-dtype float32``), vLLM in the model's dtype
+    unless ``--mamba-ssm-cache-dtype`` says otherwise (``MambaStateDtypeCalculator.
+    gated_delta_net_state_dtype``: 'auto' follows the cache dtype, which follows the model's).
+    KDA (Kimi Linear): FP32 whatever the setting (vLLM's ``kda_state_dtype``). None: FP32, the
+    format the chunked delta-rule kernels accumulate in. The short-conv window follows the KV."""
+    if kind == "kda" or engine is None:
+        return DType.fp32
+    return engine
+
+
 class OpKind(str, Enum):
     gemm = "gemm"
     attention = "attention"
@@ -210,6 +223,7 @@ class _Ctx:
     dt: DTypes
     a2a: bool = False                         # MoE tokens go by all-to-all even without attention DP (layer_ops)
     shared_ranks: bool = False                # decode: the shared experts are EP ranks of their own (layer_ops)
+    state: DType | None = None                # linear-attention state format (layer_ops; None: FP32)
     b_loc: np.ndarray = field(init=False)     # sequences on the busiest attention replica
     tokens: np.ndarray = field(init=False)    # new tokens on the busiest attention replica
     tokens_all: np.ndarray = field(init=False)
@@ -348,8 +362,9 @@ def _linear_attention(c: _Ctx, n: int) -> list[Op]:
     else:                  # gated deltanet: qkvz + (beta, alpha) per value head
         proj_n = qkv + nv * dv + 2 * nv
         gate = 0
-    # recurrent state in FP32 (memory.RECURRENT_STATE_DTYPE: the kernels accumulate it so), conv in the KV format
-    state_bytes = nv * dk * dv * 4.0 + qkv * (la.conv_kernel - 1) * c.dt.kv.bytes
+    # recurrent state in the engine's format (recurrent_state_dtype), conv window in the KV format
+    state_bytes = nv * dk * dv * recurrent_state_dtype(la.kind, c.state).bytes \
+        + qkv * (la.conv_kernel - 1) * c.dt.kv.bytes
     q = c.step.q_len
     flops_tok = nv * (8.0 * dk * dv + 2.0 * (qkv * la.conv_kernel)) + np.where(
         q > 1, nv * 2.0 * LINEAR_CHUNK * (dk + dv), 0.0)
@@ -484,14 +499,15 @@ _FFNS = {FFNKind.dense: _dense_ffn, FFNKind.moe: _moe_ffn}
 
 
 def layer_ops(model: ModelSpec, layout: Layout, step: Step, dtypes: DTypes, a2a: bool = False,
-              shared_ranks: bool = False) -> list[Op]:
+              shared_ranks: bool = False, state: DType | None = None) -> list[Op]:
     """Every operator of one forward step on one device, for the whole model (all layers, all
     stages: per-stage figures are these divided by ``pp``), plus the embedding and LM head.
     ``a2a``: the engine moves MoE tokens with an all-to-all backend whenever experts are spread
     (``ep > 1``), with tensor-parallel attention too (``Efficiency.moe_a2a``, ``_moe_ffn``).
     ``shared_ranks``: in decode steps that dispatch, the shared experts run on EP ranks of their
-    own (``Efficiency.shared_expert_ranks``, ``_moe_ffn``)."""
-    c = _Ctx(model, layout, step, dtypes, a2a, shared_ranks)
+    own (``Efficiency.shared_expert_ranks``, ``_moe_ffn``). ``state``: the format linear-attention
+    recurrent states are read and written in (``Efficiency.linear_state_dtype``; None: FP32)."""
+    c = _Ctx(model, layout, step, dtypes, a2a, shared_ranks, state)
     ops: list[Op] = []
     for (mixer, ffn), count in model.layer_kinds().items():
         mixer_fn = _MIXERS.get(mixer, _mla if model.mla is not None else _attention)

@@ -466,5 +466,6 @@ def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step,
     multi-die package: ``on_dies``)."""
     hw, layout = on_dies(hw, layout)
     eff = hw.efficiency
-    return build_step(hw, layer_ops(model, layout, step, dtypes, eff.moe_a2a, eff.shared_expert_ranks), dtypes, layout,
+    return build_step(hw, layer_ops(model, layout, step, dtypes, eff.moe_a2a, eff.shared_expert_ranks,
+                                    eff.linear_state_dtype), dtypes, layout,
                       step.batch)

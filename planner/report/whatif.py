@@ -33,7 +33,8 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
     rows = [
         ("layout", layout),
         ("batch x lengths", f"{e.batch} x ({e.input_len} in, {e.output_len} out)"),
-        ("dtypes", f"weights {e.weight_dtype}, KV {e.kv_dtype}"),
+        ("dtypes", f"weights {e.weight_dtype}, KV {e.kv_dtype}"
+                   + (f", linear-attention state {e.state_dtype}" if e.state_dtype else "")),
         ("framework", f"{e.framework} (efficiencies and overheads of this engine; --framework to change)"),
         ("TTFT", f"{banded(e.ttft_s, e.ttft_s_p10, e.ttft_s_p90, 's')}  ({e.prefill.bound}-bound, "
                  f"comm {si(e.prefill.comm_s, 's')})"),

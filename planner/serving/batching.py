@@ -206,10 +206,11 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     hw, lay = on_dies(hw, lay)          # a multi-die package: one die's step (power stays the package's)
     pp, k = lay.pp, spec.draft_tokens
     n = np.asarray(n_decode, float) / pp
-    a2a, aside = hw.efficiency.moe_a2a, hw.efficiency.shared_expert_ranks
-    dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes, a2a, aside)
+    a2a, aside, state = hw.efficiency.moe_a2a, hw.efficiency.shared_expert_ranks, hw.efficiency.linear_state_dtype
+    dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes, a2a, aside, state)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
-                                          prompt_len, 0.0, prompt=True, replica_tokens=replica_tokens), dtypes, a2a)
+                                          prompt_len, 0.0, prompt=True, replica_tokens=replica_tokens), dtypes, a2a,
+                    state=state)
     draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k,
                           extend=hw.efficiency.draft_extend, draft=spec.draft, a2a=a2a, shared_ranks=aside)
     # the prefill operators are temporaries of this call: sums may be written into their arrays

@@ -1,0 +1,72 @@
+"""The format engines keep linear-attention recurrent states in: SGLang FP32 by default
+(--mamba-ssm-dtype), vLLM the model's BF16 (--mamba-ssm-cache-dtype 'auto'), KDA always FP32;
+a run's or a user's choice replaces the engine's."""
+
+import pytest
+
+import planner
+from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import with_framework
+from planner.catalog.hardware import hardware
+from planner.errors import InputError
+from planner.perf.memory import state_bytes_per_sequence_device
+from planner.perf.parallel import Layout
+
+# Qwen3-Next at TP2: 36 Gated DeltaNet layers, 16 value heads x 128 x 128 per rank (262,144
+# elements), conv window 4,096 channels x 3 (12,288 elements, KV format BF16)
+QWEN3_NEXT_TP2_BF16_STATE_B = 36 * (262144 * 2 + 12288 * 2)
+QWEN3_NEXT_TP2_FP32_STATE_B = 36 * (262144 * 4 + 12288 * 2)
+
+
+def test_state_bytes_by_hand_in_each_format():
+    q = planner.model("qwen3-next-80b-a3b")
+    lay = Layout.of(2, 1, 1)
+    assert float(state_bytes_per_sequence_device(q, lay, DType.bf16, state_dtype=DType.bf16)) == \
+        QWEN3_NEXT_TP2_BF16_STATE_B
+    assert float(state_bytes_per_sequence_device(q, lay, DType.bf16, state_dtype=DType.fp32)) == \
+        QWEN3_NEXT_TP2_FP32_STATE_B
+    # the engine's format, read from the profile its framework was applied to
+    vllm, sglang = (with_framework(hardware("h100-sxm"), f) for f in ("vllm", "sglang"))
+    assert float(state_bytes_per_sequence_device(q, lay, DType.bf16, vllm)) == QWEN3_NEXT_TP2_BF16_STATE_B
+    assert float(state_bytes_per_sequence_device(q, lay, DType.bf16, sglang)) == QWEN3_NEXT_TP2_FP32_STATE_B
+
+
+def test_kda_states_stay_fp32_under_every_engine():
+    """vLLM's kda_state_dtype keeps Kimi Linear's recurrent state in FP32 whatever the setting."""
+    k = planner.model("kimi-linear-48b-a3b")
+    lay = Layout.of(1, 1, 1)
+    fp32 = state_bytes_per_sequence_device(k, lay, DType.bf16, state_dtype=DType.fp32)
+    assert float(state_bytes_per_sequence_device(k, lay, DType.bf16, with_framework(hardware("h100-sxm"), "vllm"))) \
+        == float(fp32)
+    e = planner.estimate("kimi-linear-48b-a3b", "h100-sxm", batch=4, input_len=1000, output_len=100,
+                         state_dtype="bf16")
+    assert e.state_dtype == "fp32"
+
+
+def test_estimate_names_the_format_and_a_wider_state_is_never_faster():
+    kw = dict(tp=4, batch=64, input_len=2000, output_len=1000)
+    by = {s: planner.estimate("qwen3-next-80b-a3b", "h100-sxm", state_dtype=s, **kw) for s in ("bf16", "fp32")}
+    default = planner.estimate("qwen3-next-80b-a3b", "h100-sxm", **kw)
+    assert default.framework == "vllm" and default.state_dtype == "bf16"
+    assert planner.estimate("qwen3-next-80b-a3b", "h100-sxm", framework="sglang", **kw).state_dtype == "fp32"
+    assert planner.estimate("llama-3.1-8b", "h100-sxm", input_len=10, output_len=10).state_dtype is None
+    assert default.tpot_s == by["bf16"].tpot_s
+    assert by["fp32"].tpot_s > by["bf16"].tpot_s
+    assert by["fp32"].memory.max_batch < by["bf16"].memory.max_batch
+    # the state is read and written once per decode step: 64 sequences x 36 layers x (8 x 128 x 128)
+    # elements per rank at TP4, twice, two more bytes each in FP32, at the profile's HBM rate
+    h100 = with_framework(hardware("h100-sxm"), "vllm")
+    extra_s = 2 * 64 * 36 * 8 * 128 * 128 * 2 / (h100.memory.bandwidth.value * h100.efficiency.memory.value)
+    assert by["fp32"].tpot_s - by["bf16"].tpot_s == pytest.approx(extra_s, rel=0.05)
+
+
+def test_a_run_or_user_choice_replaces_the_engine_default():
+    from planner.validate import _as_run, load_points
+
+    (row,) = [p for p in load_points().points if p.id == "sglcb-qwen3next-a3-1card-w8a8-3500-1500-c1-tpot"]
+    assert row.framework == "sglang-ascend" and row.state_dtype is DType.bf16
+    assert _as_run(None, row).apply(hardware("ascend-910c")).efficiency.linear_state_dtype is DType.bf16
+    with pytest.raises(InputError, match="state_dtype fp8"):
+        planner.estimate("qwen3-next-80b-a3b", "h100-sxm", tp=4, input_len=10, output_len=10, state_dtype="fp8")
+    with pytest.raises(InputError, match="state_dtype 'half'"):
+        planner.estimate("qwen3-next-80b-a3b", "h100-sxm", tp=4, input_len=10, output_len=10, state_dtype="half")
