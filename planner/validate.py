@@ -73,9 +73,9 @@ class Point(Frozen):
                                        "activations and KV (SGLang --mem-fraction-static, vLLM "
                                        "--gpu-memory-utilization), where its command sets one: it replaces the "
                                        "framework's default in the engine's memory policy")
-    state_dtype: DType | None = Field(None, description="the format the run keeps linear-attention recurrent states "
-                                      "in, where its command sets one (SGLang --mamba-ssm-dtype, vLLM "
-                                      "--mamba-ssm-cache-dtype): it replaces the framework's default")
+    state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        None, description="the format the run keeps linear-attention recurrent states in, where its command sets "
+        "one (SGLang --mamba-ssm-dtype, vLLM --mamba-ssm-cache-dtype): it replaces the framework's default")
     num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
                                      "the source states it: an offline run (all queued at once) or, with "
                                      "concurrency, a closed loop of that many clients is then replayed by the "
@@ -170,7 +170,7 @@ def _as_run(fw: Framework | None, p: Point) -> Framework:
     fw = fw or framework(p.framework)
     if p.state_dtype is not None:
         fw = fw.model_copy(update={"linear_state_dtype": Format(
-            value=p.state_dtype, source=f"the run's command line ({p.source})")})
+            value=DType(p.state_dtype), source=f"the run's command line ({p.source})")})
     if p.mem_fraction is None:
         return fw
     frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")

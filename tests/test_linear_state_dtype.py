@@ -64,9 +64,21 @@ def test_a_run_or_user_choice_replaces_the_engine_default():
     from planner.validate import _as_run, load_points
 
     (row,) = [p for p in load_points().points if p.id == "sglcb-qwen3next-a3-1card-w8a8-3500-1500-c1-tpot"]
-    assert row.framework == "sglang-ascend" and row.state_dtype is DType.bf16
+    assert row.framework == "sglang-ascend" and row.state_dtype == "bf16"
     assert _as_run(None, row).apply(hardware("ascend-910c")).efficiency.linear_state_dtype is DType.bf16
     with pytest.raises(InputError, match="state_dtype fp8"):
         planner.estimate("qwen3-next-80b-a3b", "h100-sxm", tp=4, input_len=10, output_len=10, state_dtype="fp8")
     with pytest.raises(InputError, match="state_dtype 'half'"):
         planner.estimate("qwen3-next-80b-a3b", "h100-sxm", tp=4, input_len=10, output_len=10, state_dtype="half")
+
+
+def test_a_framework_file_with_a_format_no_engine_offers_is_a_file_line_error(tmp_path):
+    from planner.catalog.frameworks import load_framework_file
+
+    f = tmp_path / "fw.yaml"
+    f.write_text('mine:\n  description: "SGLang, my flags"\n  linear_state_dtype: {value: int4, source: "mine"}\n')
+    with pytest.raises(InputError, match=r"fw\.yaml:3 linear_state_dtype: recurrent states are kept in fp32, bf16, "
+                                         r"fp16.*got int4"):
+        load_framework_file(f)
+    f.write_text('mine:\n  description: "SGLang, my flags"\n  linear_state_dtype: {value: bf16, source: "mine"}\n')
+    assert load_framework_file(f).apply(hardware("h100-sxm")).efficiency.linear_state_dtype is DType.bf16

@@ -45,6 +45,11 @@ class Switch(Frozen):
     note: str | None = None
 
 
+# the formats engines offer for linear-attention recurrent states (SGLang --mamba-ssm-dtype,
+# vLLM --mamba-ssm-cache-dtype)
+STATE_DTYPES = (DType.fp32, DType.bf16, DType.fp16)
+
+
 class Format(Frozen):
     value: DType
     source: str
@@ -95,6 +100,14 @@ class Framework(Frozen):
     @classmethod
     def _ep_ranks(cls, v: dict[int, Fraction]) -> dict[int, Fraction]:
         return ep_ranks_checked(v)
+
+    @field_validator("linear_state_dtype")
+    @classmethod
+    def _state_format(cls, v: Format | None) -> Format | None:
+        if v is not None and v.value not in STATE_DTYPES:
+            raise ValueError(f"recurrent states are kept in {', '.join(d.value for d in STATE_DTYPES)} "
+                             f"(engines offer no other format), got {v.value.value}")
+        return v
 
     @field_validator("moe_imbalance")
     @classmethod
@@ -239,3 +252,19 @@ def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> 
     if hw.framework == (fw.name or "custom"):
         return hw
     return fw.apply(hw)
+
+
+def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:
+    """``hw`` whose engine keeps linear-attention recurrent states in ``state_dtype`` (None: as
+    its framework entry says: ``Efficiency.linear_state_dtype``)."""
+    if state_dtype is None:
+        return hw
+    names = ", ".join(d.value for d in STATE_DTYPES)
+    try:
+        fmt = DType(state_dtype)
+    except ValueError:
+        raise InputError(f"state_dtype {state_dtype!r}: expected one of {names}") from None
+    if fmt not in STATE_DTYPES:
+        raise InputError(f"state_dtype {fmt.value}: recurrent states are kept in {names} (engines offer no "
+                         "other format)")
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"linear_state_dtype": fmt})})

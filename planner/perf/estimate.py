@@ -27,7 +27,7 @@ from planner.catalog.bands import Banded, band_fields
 from planner.catalog.draft import DraftSpec
 from planner.catalog.draft import draft as get_draft
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework
+from planner.catalog.frameworks import with_framework, with_state_dtype
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -66,21 +66,6 @@ class PhaseTimes:
     @property
     def e2e_s(self) -> np.ndarray:
         return self.ttft_s + (self.output_len - 1) * self.tpot_s
-
-
-def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:
-    """``hw`` whose engine keeps linear-attention recurrent states in ``state_dtype`` (None: as
-    its framework entry says: ``Efficiency.linear_state_dtype``)."""
-    if state_dtype is None:
-        return hw
-    try:
-        fmt = DType(state_dtype)
-    except ValueError:
-        raise InputError(f"state_dtype {state_dtype!r}: expected one of fp32, bf16, fp16") from None
-    if fmt not in (DType.fp32, DType.bf16, DType.fp16):
-        raise InputError(f"state_dtype {fmt.value}: recurrent states are kept in fp32, bf16 or fp16 (engines "
-                         "offer no narrower format)")
-    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"linear_state_dtype": fmt})})
 
 
 def resolve_dtypes(model: ModelSpec, weight_dtype: str | DType | None, kv_dtype: str | DType | None) -> DTypes:
