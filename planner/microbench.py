@@ -193,3 +193,29 @@ def decode_attention_sweep(path: Path) -> dict:
 
 def decode_attention_sweeps() -> list[dict]:
     return [decode_attention_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-decode-attention-*.csv"))]
+
+
+def linear_decode_sweep(path: Path) -> dict:
+    """Predicted vs measured time of a Gated DeltaNet decode-core sweep (``<profile>-gdn-decode-
+    <kernel>.csv``: batch, key_heads, value_heads, head_dim, time_us; one token per sequence, BF16
+    state and activations): each row one call, timed by ``op_time`` as the recurrent linear-attention
+    operator of a decode step (its state read and written, q/k/v in and the output out, at the
+    profile's ``linear_decode`` figure)."""
+    from planner.perf.ops import DTypes, Op, OpKind
+    from planner.perf.roofline import op_time
+
+    hw = hardware(path.name.split("-gdn-decode-")[0])
+    batch, kh, vh, hd, t_us = sweep_columns(path)
+    state = 2 * batch * vh * hd * hd * 2.0                      # BF16 state read and written
+    act = batch * (2 * kh * hd + 2 * vh * hd) * 2.0             # q, k, v in and the output out
+    op = Op("linear_attention", OpKind.attention, 1, flops=8.0 * batch * vh * hd * hd, act_bytes=act,
+            kv_bytes=state, linear=True, recurrent=True)
+    predicted = np.asarray(op_time(hw, op, DTypes()).time_s) * 1e6
+    err = predicted / t_us - 1.0
+    return {"hardware": hw.name, "file": path.name, "points": int(err.size), "floor_bound": 0,
+            "predicted_us": predicted, "measured_us": t_us, "median_abs_rel_error": float(np.median(np.abs(err))),
+            "max_abs_rel_error": float(np.max(np.abs(err))), "median_rel_error": float(np.median(err))}
+
+
+def linear_decode_sweeps() -> list[dict]:
+    return [linear_decode_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-gdn-decode-*.csv"))]

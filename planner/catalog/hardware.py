@@ -235,6 +235,16 @@ class AttentionKernels(Frozen):
     mla_decode: Fraction | None = None
 
 
+class RecurrentKernel(Frozen):
+    """The linear-attention decode core as a device runs it: ``latency`` per call (the kernels it
+    launches for q/k/v, gating, normalization and the update) plus its state and activations
+    streamed at ``memory`` of the HBM bandwidth, both fitted to one batch sweep of the production
+    kernel (``time = latency + bytes / (bandwidth x memory)``)."""
+
+    memory: Fraction
+    latency: Seconds
+
+
 class MemoryPolicy(Frozen):
     """How the serving engine sizes its KV-cache pool (an engine property, set by a framework).
 
@@ -295,6 +305,10 @@ class Efficiency(Frozen):
     # matmuls and triangular solves keep it far below the GEMM plateau
     linear_attention: Fraction = Fraction(
         value=0.11, source="gdn_fla_h100", note="default: FLA's Triton kernel on H100 (the portable one engines ship)")
+    # the recurrent delta-rule kernel of decode and draft-verify steps (one state read and write per
+    # sequence and layer), as the device's production kernel was measured over a batch sweep; None:
+    # one kernel latency and the profile's memory fraction
+    linear_decode: RecurrentKernel | None = None
     # EP dispatch/combine of steps that carry prompt tokens, where the engine runs throughput
     # kernels for them (DeepEP normal mode): fraction of the scale-up link by EP ranks (dies),
     # interpolated in log ranks and held at the ends; empty: the link efficiency, as decode

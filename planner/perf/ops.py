@@ -187,6 +187,7 @@ class Op:
     imbalance: np.ndarray | float = 1.0       # max/mean load over the devices of an expert-parallel group
     grouped: bool = False                     # a grouped (per-expert) GEMM: MoE experts
     linear: bool = False                      # linear-attention core (chunked delta rule / recurrent update)
+    recurrent: bool = False                   # that core in a decode / verify step: the recurrent kernel
     absorbed: np.ndarray | bool = False       # MLA attending in the latent space (Efficiency.attention.mla_decode)
     bulk: np.ndarray | float = 0.0            # EP all-to-all: 1 where the step carries prompt tokens
     weight_dtype: DType | None = None         # GEMM weights kept in this format, not the step's (ModelSpec.unquantized)
@@ -372,7 +373,7 @@ def _linear_attention(c: _Ctx, n: int) -> list[Op]:
         c.gemm("linear_in_proj", n, h, proj_n + gate / h, weight_params=h * proj_n + gate),
         Op("linear_attention", OpKind.attention, n, flops=c.tokens * flops_tok,
            act_bytes=c.tokens * (qkv + nv * dv) * c.dt.act.bytes,
-           kv_bytes=2 * c.b_loc * state_bytes, linear=True),
+           kv_bytes=2 * c.b_loc * state_bytes, linear=True, recurrent=not c.step.prompt),
         c.gemm("linear_out_proj", n, nv * dv, h),
         c.all_reduce("attn_all_reduce", n),
     ]
@@ -610,7 +611,8 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
     pair up one to one: work and traffic add, weights are read once (the larger touched set).
     Attention is the exception: decode and prefill attention run as their own kernels (paged
-    decode vs FlashAttention prefill), each at its own efficiency, so both are kept. (The expert
+    decode vs FlashAttention prefill; a linear-attention core's recurrent update vs its chunked
+    form), each at its own efficiency, so both are kept. (The expert
     operators of a layer share one load factor: it is combined once per pair of arrays.)
     ``consume_b``: the caller no longer uses ``b`` (its arrays are temporaries held nowhere else),
     so a sum may be written into a ``b`` array that no other field of either list holds - the
@@ -635,7 +637,7 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
 
     larger_of: dict[tuple[int, int], np.ndarray] = {}
     for x, y in zip(a, b, strict=True):
-        if x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0):
+        if x.linear or (x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0)):
             out += [x, replace(y, name=f"{y.name}_prefill")]
             continue
         pair = (id(x.imbalance), id(y.imbalance))

@@ -259,16 +259,22 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         else:
             denom = peak * eff.gemm_plateau(fmt) * grouped
         compute = flops / denom if _ones(load, flops.shape) else in_place(np.divide, flops * load, denom)  # x * 1 = x
-        per_byte = bw * eff.memory.value
+        per_byte = bw * (rec.memory.value if (rec := recurrent_kernel(eff, op)) else eff.memory.value)
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
         memory = in_place(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
+    latency = rec.latency.value if (rec := recurrent_kernel(eff, op)) else eff.kernel_latency.value
     if weight.size and bool(np.all(weight > 0)):
-        fixed = eff.kernel_latency.value     # every row is busy (a row with NaN work times NaN either way)
+        fixed = latency                      # every row is busy (a row with NaN work times NaN either way)
     else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
         nbytes = moved if _zero(weight) else weight + moved
-        fixed = eff.kernel_latency.value if _never_idle(flops, nbytes) else \
-            eff.kernel_latency.value * _busy(flops, nbytes)
+        fixed = latency if _never_idle(flops, nbytes) else latency * _busy(flops, nbytes)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def recurrent_kernel(eff, op: Op):
+    """The device's measured recurrent delta-rule kernel (``Efficiency.linear_decode``) where ``op``
+    is a linear-attention core in a decode or verify step, else None."""
+    return eff.linear_decode if op.recurrent else None
 
 
 def decode_memory(eff, absorbed: bool = False) -> Fraction:
@@ -386,6 +392,9 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
     fixed = f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    if bound == "memory" and (rec := recurrent_kernel(eff, op)):
+        return ideal, f"recurrent delta-rule kernel {rec.memory.value:.0%} of HBM + {rec.latency.value * 1e6:.1f} us", \
+            rec.memory.source
     if bound == "compute" and op.linear:
         return ideal, f"chunked linear attention {eff.linear_attention.value:.1%} of peak + {fixed}", \
             eff.linear_attention.source
@@ -458,7 +467,8 @@ def _inputs_of(hw: HardwareProfile, op: Op) -> tuple:
     all, so an id is not reused while the key is in use; ``params`` is not read, and only makes
     the key finer). The name counts only where it chooses the dispatch format."""
     fmt = hw.efficiency.fp8_dispatch and op.kind is OpKind.all_to_all and op.name.endswith("dispatch")
-    return (op.kind, op.count, op.grouped, op.linear, op.draws, fmt, *(id(getattr(op, f)) for f in OP_ARRAY_FIELDS))
+    return (op.kind, op.count, op.grouped, op.linear, op.recurrent, op.draws, fmt,
+            *(id(getattr(op, f)) for f in OP_ARRAY_FIELDS))
 
 
 def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step, dtypes: DTypes) -> StepTime:

@@ -42,15 +42,19 @@ def print_validation(result: dict) -> None:
             g.add_row(m["hardware"], fmt, str(m["shapes"]), f"{100 * m['median_abs_rel_error']:.1f}%",
                       f"{100 * m['p90_abs_rel_error']:.1f}%", str(m.get("floor_bound", 0)))
         out.print(g)
-    if result.get("decode_attention"):
-        d = Table(title="Paged decode-attention sweeps replayed through the roofline "
-                        "(decode HBM fraction x ctx / (ctx + half length) + kernel latency)")
-        for col in ("hardware", "sweep", "calls", "median time error", "worst", "harness-floor calls (not scored)"):
-            d.add_column(col)
-        for m in result["decode_attention"]:
-            d.add_row(m["hardware"], m["file"], str(m["points"]), f"{100 * m['median_rel_error']:+.1f}%",
-                      f"{100 * m['max_abs_rel_error']:.1f}%", str(m["floor_bound"]))
-        out.print(d)
+    for key, title in (("decode_attention", "Paged decode-attention sweeps replayed through the roofline "
+                                             "(decode HBM fraction x ctx / (ctx + half length) + kernel latency)"),
+                       ("linear_decode", "Gated DeltaNet decode-core sweeps replayed through the roofline "
+                                         "(recurrent kernel's HBM fraction + its fixed time per call)")):
+        if result.get(key):
+            d = Table(title=title)
+            for col in ("hardware", "sweep", "calls", "median time error", "worst",
+                        "harness-floor calls (not scored)"):
+                d.add_column(col)
+            for m in result[key]:
+                d.add_row(m["hardware"], m["file"], str(m["points"]), f"{100 * m['median_rel_error']:+.1f}%",
+                          f"{100 * m['max_abs_rel_error']:.1f}%", str(m["floor_bound"]))
+            out.print(d)
     if result.get("collectives"):
         c = Table(title="All-reduce sweeps (NCCL/RCCL, 1 KiB-8 GiB): alpha-beta fit and the profile's bus bandwidth")
         for col in ("hardware", "GPUs", "fitted busbw", "fitted latency", "fit median", "fit P90",
