@@ -318,7 +318,7 @@ class Efficiency(Frozen):
     draft_extend: bool = False       # one more draft pass per MTP step, over the verified tokens (SGLang)
     # the format the engine stores Gated DeltaNet recurrent states in (per sequence, per layer:
     # heads x dk x dv): SGLang --mamba-ssm-dtype (default float32), vLLM --mamba-ssm-cache-dtype
-    # ('auto': the model's dtype); KDA states stay FP32 (memory.recurrent_state_dtype)
+    # ('auto': the model's dtype); KDA states stay FP32 (perf.ops.recurrent_state_dtype)
     linear_state_dtype: DType = DType.fp32
     moe_a2a: bool = False            # MoE tokens by all-to-all whenever ep > 1, TP attention too (perf.ops)
     shared_expert_ranks: bool = False   # decode: shared experts on EP ranks of their own, dispatched to (perf.ops)

@@ -232,7 +232,7 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
     """Roofline time of one operator with the efficiencies that apply to its kind (see
     ``efficiency_of`` for which figure each one takes). Exact shortcuts only: a load factor of 1
     is not multiplied in, and where every row reads weights the kernel latency is one number."""
-    eff = hw.efficiency
+    eff, rec = hw.efficiency, recurrent_kernel(hw.efficiency, op)
     fmt = hw.compute_dtype(operand_dtype(op, dtypes))
     flops = np.asarray(op.flops, dtype=float)
     weight = np.asarray(op.weight_bytes, dtype=float)
@@ -259,10 +259,10 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         else:
             denom = peak * eff.gemm_plateau(fmt) * grouped
         compute = flops / denom if _ones(load, flops.shape) else in_place(np.divide, flops * load, denom)  # x * 1 = x
-        per_byte = bw * (rec.memory.value if (rec := recurrent_kernel(eff, op)) else eff.memory.value)
+        per_byte = bw * (rec.memory.value if rec else eff.memory.value)
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
         memory = in_place(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
-    latency = rec.latency.value if (rec := recurrent_kernel(eff, op)) else eff.kernel_latency.value
+    latency = rec.latency.value if rec else eff.kernel_latency.value
     if weight.size and bool(np.all(weight > 0)):
         fixed = latency                      # every row is busy (a row with NaN work times NaN either way)
     else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
