@@ -58,6 +58,10 @@ FRAMEWORK_HELP = ("Serving engine whose efficiencies and overheads apply (vllm, 
                   "or a framework YAML file); default vllm.")
 
 
+STATE_DTYPE_HELP = ("Format of linear-attention recurrent states (Gated DeltaNet: SGLang --mamba-ssm-dtype, "
+                    "vLLM --mamba-ssm-cache-dtype); default the framework's (SGLang fp32, vLLM the model's bf16).")
+
+
 class StateDTypeOpt(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -300,9 +304,7 @@ def whatif(
         "qwen3-32b-eagle3, llama-3.1-8b-eagle3, llama-3.1-70b-eagle3, deepseek-v3-eagle3) or a local "
         "EAGLE-3 config.json.")),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
-    state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=(  # noqa: UP007
-        "Format of linear-attention recurrent states (Gated DeltaNet: SGLang --mamba-ssm-dtype, vLLM "
-        "--mamba-ssm-cache-dtype); default the framework's (SGLang fp32, vLLM the model's bf16).")),
+    state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
     cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
                            "(ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -357,6 +359,7 @@ def throughput(
     tpot_p99: float | None = typer.Option(None, "--tpot-p99", min=0.0, help="SLO: P99 time per output "  # noqa: UP007
                                           "token, s."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
+    state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
     replay: bool = typer.Option(False, "--replay", help="With an SLO: find the load by replaying Poisson runs "
                                 "(600 s of requests) in the simulator, as MLPerf's Server scenario measures it; "
                                 "slower than the analytic curve (about a second)."),
@@ -367,6 +370,11 @@ def throughput(
     from planner.serving.batching import Engine
     from planner.throughput_cli import run_throughput
 
+    if state_dtype is not None:       # the profile as that engine sees it, its states in that format
+        from planner.catalog.frameworks import with_framework, with_state_dtype
+        from planner.catalog.hardware import hardware as get_hardware
+
+        hardware = with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype.value)
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
                    concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, ttft_p99=ttft_p99,

@@ -6,7 +6,7 @@ from planner.errors import InputError
 from planner.report import key_value_table, out, print_json, si
 
 
-def run_throughput(model: str, hardware: str, *, concurrency: int | None, rate: float | None,
+def run_throughput(model: str, hardware, *, concurrency: int | None, rate: float | None,
                    ttft_p90: float | None, tpot_p90: float | None, json_out: bool,
                    ttft_p99: float | None = None, tpot_p99: float | None = None, replay: bool = False,
                    **kw) -> None:
@@ -85,7 +85,7 @@ def _near_capacity(r) -> list[tuple[str, str]]:
                               f"with 5% less capacity, {what}")]
 
 
-def _print_replayed(model: str, hardware: str, slo, json_out: bool, **kw) -> None:
+def _print_replayed(model: str, hardware, slo, json_out: bool, **kw) -> None:
     """The replayed answer (``replayed_load.replayed_max_load``) as a table or one JSON object."""
     from dataclasses import asdict
 
@@ -96,7 +96,8 @@ def _print_replayed(model: str, hardware: str, slo, json_out: bool, **kw) -> Non
         print_json(asdict(r))
         return
     lat = lambda d: " / ".join(si(d[p], "s") for p in ("p50", "p90", "p99"))  # noqa: E731
-    out.print(key_value_table(f"{model} on {hardware} (tp={kw['tp']} pp={kw['pp']} ep={kw['ep']}), "
+    out.print(key_value_table(f"{model} on {getattr(hardware, 'name', hardware)} (tp={kw['tp']} pp={kw['pp']} "
+                              f"ep={kw['ep']}), "
                               f"{kw['input_len']} in / {kw['output_len']} out, Poisson arrivals, replayed", [
         ("load", f"{r.requests_per_s:.4g} req/s ({r.output_tokens_per_s:,.0f} output tokens/s), the most whose "
                  "replayed run meets the SLO"),

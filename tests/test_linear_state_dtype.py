@@ -84,3 +84,24 @@ def test_a_framework_file_with_a_format_no_engine_offers_is_a_file_line_error(tm
         load_framework_file(f)
     f.write_text('mine:\n  description: "SGLang, my flags"\n  linear_state_dtype: {value: bf16, source: "mine"}\n')
     assert load_framework_file(f).apply(hardware("h100-sxm")).efficiency.linear_state_dtype is DType.bf16
+
+
+def test_throughput_and_whatif_take_the_state_format_on_the_command_line():
+    """A wider state leaves less memory and more bytes per step: never more throughput."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    base = ["-m", "qwen3-next-80b-a3b", "-H", "h200", "--tp", "2", "-i", "2000", "-o", "1000", "--json"]
+    out = {}
+    for fmt in ("bf16", "fp32"):
+        r = CliRunner().invoke(app, ["throughput", *base, "-c", "64", "--state-dtype", fmt])
+        assert r.exit_code == 0, r.output
+        out[fmt] = json.loads(r.output)["output_tokens_per_s"]
+    assert out["fp32"] < out["bf16"]
+    r = CliRunner().invoke(app, ["whatif", *base, "--state-dtype", "fp32"])
+    assert r.exit_code == 0 and json.loads(r.output)["state_dtype"] == "fp32"
+    r = CliRunner().invoke(app, ["throughput", *base, "-c", "64", "--state-dtype", "int8"])
+    assert r.exit_code == 2 and "int8" in r.output
