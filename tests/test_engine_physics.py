@@ -519,3 +519,25 @@ def test_an_engines_moe_kernel_family_may_differ_by_format():
     assert op_time(trt, experts, dtypes).compute_s == pytest.approx(
         op_time(deepgemm, experts, dtypes).compute_s * 0.93 / 0.66)
     assert op_time(trt, dense, dtypes).compute_s == pytest.approx(op_time(deepgemm, dense, dtypes).compute_s)
+
+
+def test_two_batch_overlap_splits_only_steps_that_send_an_all_to_all():
+    """SGLang's two-batch overlap hides the EP exchange of one micro-batch under the other's
+    compute; a step without one (dense models, experts tensor-parallel, attention not
+    data-parallel) runs as one batch: no doubled kernel latencies. A dense Llama on the sglang
+    entry is then no slower than on vllm (its per-sequence host time is half vLLM's), and in a
+    candidate array the rows that send nothing take the plain sum while the others overlap."""
+    from planner.perf.ops import DTypes, Step, layer_ops
+    from planner.perf.parallel import Layout
+    from planner.perf.roofline import build_step
+
+    kw = dict(batch=8, input_len=1000, output_len=500)
+    sgl, vllm = (planner.estimate("llama-3.1-8b", "h100-sxm", framework=f, **kw) for f in ("sglang", "vllm"))
+    assert sgl.tpot_s == pytest.approx(vllm.tpot_s - 8 * 10e-6, rel=1e-9)
+    hw = with_framework(hardware("h100-sxm"), "sglang")
+    both = Layout.of(np.array([8, 1]), np.array([1, 8]), np.array([1, 1]))   # TP8 | attention DP8 + EP8
+    st = build_step(hw, layer_ops(planner.model("qwen3-30b-a3b"), both, Step.of(64, 1.0, 1000), DTypes()),
+                    DTypes(), both, 64)
+    plain = sum(np.asarray(t.time_s) for t in st.ops)
+    assert st.layers_s[0] == pytest.approx(plain[0], rel=1e-12)
+    assert st.layers_s[1] != pytest.approx(plain[1], rel=1e-6)

@@ -141,7 +141,8 @@ class StepTime:
     ``max(compute + s x all-to-all, all-to-all)``. Every kernel and every collective now runs
     twice on half the tokens, so their fixed latencies count twice. That is why overlap pays in
     prefill (bandwidth-bound dispatch, +23-31% on CloudMatrix384) and little in decode
-    (latency-bound, +6-9%: cm384_paper)."""
+    (latency-bound, +6-9%: cm384_paper). A step (or a candidate row) without an EP all-to-all is
+    not split: there is nothing to hide."""
 
     ops: list[OpTime]
     overhead_s: np.ndarray | float
@@ -150,9 +151,9 @@ class StepTime:
 
     @cached_property
     def layers_s(self) -> np.ndarray:
-        if not self.overlap:
+        a2as = [t for t in self.ops if t.op.kind is OpKind.all_to_all] if self.overlap else []
+        if not a2as:                # nothing to hide: the engine runs the step as one batch
             return _total(t.time_s for t in self.ops)
-        a2as = [t for t in self.ops if t.op.kind is OpKind.all_to_all]
         a2a = sum((t.time_s + t.op.count * t.alpha_s for t in a2as), 0.0)
         rest = sum((t.time_s + t.op.count * (t.fixed_s + t.alpha_s)
                     for t in self.ops if t.op.kind is not OpKind.all_to_all), 0.0)
@@ -162,7 +163,14 @@ class StepTime:
         if bulk and share:                        # prompt steps' spinning kernels: resident throughout
             resident = (np.asarray(bulk[0]) > 0) & (np.asarray(a2a) > 0)     # (a row without EP sends nothing)
             transient = np.where(resident, rest / (1.0 - share), transient)
-        return np.maximum(transient, a2a)
+        overlapped = np.maximum(transient, a2a)
+        # a row whose layout sends no all-to-all (experts not spread, attention not data-parallel)
+        # is not split in two: the micro-batches exist to hide the EP exchange (SGLang's
+        # two-batch overlap runs with its DeepEP all-to-all backend)
+        sends = np.asarray(a2a) > 0
+        if np.all(sends):
+            return overlapped
+        return np.where(sends, overlapped, _total(t.time_s for t in self.ops))
 
     @cached_property
     def total_s(self) -> np.ndarray:
