@@ -304,7 +304,8 @@ class Efficiency(Frozen):
     # (Gated DeltaNet / KDA chunk_gated_delta_rule) reaches: sequential chunks, small per-head
     # matmuls and triangular solves keep it far below the GEMM plateau
     linear_attention: Fraction = Fraction(
-        value=0.11, source="gdn_fla_h100", note="default: FLA's Triton kernel on H100 (the portable one engines ship)")
+        value=0.0795, source="gdn_fla_h100",
+        note="default: FLA's Triton kernel on H100 (the portable one engines ship)")
     # the recurrent delta-rule kernel of decode and draft-verify steps (one state read and write per
     # sequence and layer), as the device's production kernel was measured over a batch sweep; None:
     # one kernel latency and the profile's memory fraction

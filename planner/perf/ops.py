@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from planner.catalog.draft import DraftSpec
 
 # Linear attention (chunked form, chunk 64): state decay + delta-rule update + readout cost
-# ~8 dk dv FLOPs per token and head, intra-chunk attention 2*64*(dk + dv) (Yang et al., Gated
-# DeltaNet, ICLR 2025, Sec. 3; a FLOP estimate, not a measured kernel).
+# ~8 dk dv FLOPs per token and head, intra-chunk attention 2*64*(dk + dv) per token and head, the
+# short causal conv 2 x kernel per q/k/v channel (Yang et al., Gated DeltaNet, ICLR 2025, Sec. 3;
+# a FLOP estimate, not a measured kernel: the profiles' linear_attention fractions are measured
+# kernel times over these FLOPs).
 LINEAR_CHUNK = 64
 
 
@@ -367,7 +369,9 @@ def _linear_attention(c: _Ctx, n: int) -> list[Op]:
     state_bytes = nv * dk * dv * recurrent_state_dtype(la.kind, c.state).bytes \
         + qkv * (la.conv_kernel - 1) * c.dt.kv.bytes
     q = c.step.q_len
-    flops_tok = nv * (8.0 * dk * dv + 2.0 * (qkv * la.conv_kernel)) + np.where(
+    # per token: the state update and readout of every value head, the depthwise short conv over
+    # the q/k/v channels (once per channel, not per head), and in the chunked form the intra-chunk terms
+    flops_tok = nv * 8.0 * dk * dv + 2.0 * qkv * la.conv_kernel + np.where(
         q > 1, nv * 2.0 * LINEAR_CHUNK * (dk + dv), 0.0)
     return [
         c.gemm("linear_in_proj", n, h, proj_n + gate / h, weight_params=h * proj_n + gate),
