@@ -150,3 +150,39 @@ def test_quantization_config_that_is_not_an_object_is_named(tmp_path):
                                  quantization_config="fp8")))
     with pytest.raises(InputError, match="field 'quantization_config' is a str; expected an object"):
         planner.model_from_hf_config(p)
+
+
+def test_qwen35_hybrids_from_their_text_configs():
+    """Qwen3.5's text models (a multimodal checkpoint's text_config): Gated DeltaNet layers where
+    layer_types says linear_attention, gated full attention (head dim 256, q/k norms) on every
+    4th, 512 / 256 routed experts plus one shared. Totals come within 1.5% of the names (which
+    count the vision tower too); KV per token and recurrent state by hand."""
+    big, small = planner.model("qwen3.5-397b-a17b"), planner.model("qwen3.5-35b-a3b")
+    assert len(big.linear_attention.layers) == 45 and big.num_attention_layers == 15
+    assert small.num_attention_layers == 10 and small.mixer(3).value == "attention" and small.mixer(0).value == "linear"
+    assert big.attention_output_gate and big.qk_norm and big.moe.num_experts == 512
+    total, active = parameter_counts(big)
+    assert total == pytest.approx(397e9, rel=0.015) and active == pytest.approx(17e9, rel=0.03)
+    total, _ = parameter_counts(small)
+    assert total == pytest.approx(35e9, rel=0.015)
+    # 10 full-attention layers x 2 KV heads x 256 x (K, V) x 2 B
+    assert planner.kv_cache_bytes_per_token("qwen3.5-35b-a3b") == 10 * 2 * 256 * 2 * 2 == 20_480
+    # per GDN layer: 32 value heads x 128 x 128 state, conv over (2 x 16 + 32) x 128 channels x 3
+    assert small.linear_attention.state_elements == 524_288 + 24_576
+
+
+def test_qwen35_configs_name_what_is_wrong(tmp_path):
+    import yaml
+
+    text = yaml.safe_load((planner.catalog.model_catalog.MODELS_DIR / "qwen3.5-35b-a3b.yaml").read_text())["config"]
+    bad = dict(text, layer_types=["linear_attention"] * 39 + ["mamba"])
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match="layer_types.*'mamba'"):
+        planner.model(str(p))
+    wrapper = {"model_type": "qwen3_5_moe", "text_config": text, "vision_config": {"depth": 27}}
+    p.write_text(json.dumps(wrapper))
+    with pytest.raises(InputError, match="multimodal.*text_config"):
+        planner.model(str(p))
+    p.write_text(json.dumps(text))
+    assert planner.model(str(p)).linear_attention.layers == planner.model("qwen3.5-35b-a3b").linear_attention.layers

@@ -1,6 +1,7 @@
 """Read a local HuggingFace ``config.json`` into a ModelSpec.
 
 Supported ``model_type`` families: llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, qwen3_next,
+qwen3_5_text / qwen3_5_moe_text (Qwen3.5 / 3.6: a multimodal checkpoint's ``text_config``),
 deepseek_v2/v3, kimi_k2, kimi_linear, bloom, gpt_oss, gemma2, gemma3_text, llama4_text, opt. Local
 attention is read from ``layer_types`` (``sliding_attention`` / ``chunked_attention``), else from
 ``sliding_window`` (all layers, Mistral; Gemma's every-other / ``sliding_window_pattern``) or
@@ -23,8 +24,10 @@ from planner.errors import InputError
 
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "llama4_text"}
 _DEEPSEEK_LIKE = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
-SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | {"mixtral", "qwen3_moe", "qwen3_next", "kimi_linear", "bloom",
-                                                   "gpt_oss", "opt"})
+# Gated DeltaNet hybrids (3 linear : 1 gated full-attention layer): Qwen3-Next and Qwen3.5's text models
+_QWEN_HYBRID = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+SUPPORTED = sorted(_LLAMA_LIKE | _DEEPSEEK_LIKE | _QWEN_HYBRID | {"mixtral", "qwen3_moe", "kimi_linear", "bloom",
+                                                                  "gpt_oss", "opt"})
 # Keys that mark a multimodal checkpoint: the catalog models the text decoder only.
 _ENCODERS = {"vision_config": "vision encoder", "audio_config": "audio encoder",
              "vision_tower": "vision encoder", "mm_projector_type": "multimodal projector"}
@@ -83,7 +86,7 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
         native_dtype=_native_dtype(data),
         unquantized=_unquantized(data),
         max_context=c.opt_int("max_position_embeddings") or c.opt_int("model_max_length"),
-        qk_norm=model_type in {"qwen3", "qwen3_moe", "qwen3_next"},
+        qk_norm=model_type in {"qwen3", "qwen3_moe"} | _QWEN_HYBRID,
     )
     if model_type == "bloom":
         spec.update(gated_ffn=False, biases=True, embedding_norm=True, num_kv_heads=heads,
@@ -122,19 +125,19 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
             dense_layers=tuple(range(c.int("first_k_dense_replace", default=0))),
             num_groups=c.opt_int("n_group"), groups_per_token=c.opt_int("topk_group"),
         )
-    if model_type == "qwen3_next":
-        every = c.int("full_attention_interval")
+    if model_type in _QWEN_HYBRID:
         n_layers = spec["num_layers"]
-        spec["attention_output_gate"] = True
-        spec["moe"] = MoE(
-            num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
-            expert_intermediate_size=c.int("moe_intermediate_size"),
-            num_shared_experts=1 if c.get("shared_expert_intermediate_size") else 0,
-            shared_intermediate_size=c.int("shared_expert_intermediate_size", default=0),
-            dense_layers=tuple(c.get("mlp_only_layers") or ()),
-        )
+        spec["attention_output_gate"] = bool(c.get("attn_output_gate", True))
+        if model_type != "qwen3_5_text":       # the MoE ones; Qwen3.5's dense models keep the SwiGLU FFN
+            spec["moe"] = MoE(
+                num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
+                expert_intermediate_size=c.int("moe_intermediate_size"),
+                num_shared_experts=1 if c.get("shared_expert_intermediate_size") else 0,
+                shared_intermediate_size=c.int("shared_expert_intermediate_size", default=0),
+                dense_layers=tuple(c.get("mlp_only_layers") or ()),
+            )
         spec["linear_attention"] = LinearAttention(
-            kind="gated_deltanet", layers=tuple(i for i in range(n_layers) if (i + 1) % every),
+            kind="gated_deltanet", layers=_linear_layers(c, n_layers),
             num_key_heads=c.int("linear_num_key_heads"), num_value_heads=c.int("linear_num_value_heads"),
             key_head_dim=c.int("linear_key_head_dim"), value_head_dim=c.int("linear_value_head_dim"),
             conv_kernel=c.int("linear_conv_kernel_dim"),
@@ -159,6 +162,21 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise InputError(f"{origin}: inconsistent config ({field}): {err['msg']}") from None
+
+
+def _linear_layers(c: _Config, n_layers: int) -> tuple[int, ...]:
+    """Gated DeltaNet layers of a Qwen hybrid: ``layer_types`` (``linear_attention`` /
+    ``full_attention``, Qwen3.5) where given, else all but every ``full_attention_interval``-th."""
+    types = c.get("layer_types")
+    if isinstance(types, list) and types:
+        bad = sorted({t for t in types if t not in ("linear_attention", "full_attention")}, key=str)
+        if len(types) != n_layers or bad:
+            raise InputError(f"{c.origin}: field 'layer_types' must list 'linear_attention' / 'full_attention' "
+                             f"for each of the {n_layers} layers" + (f" (got {bad[0]!r})" if bad else
+                                                                     f" (it lists {len(types)})"))
+        return tuple(i for i, t in enumerate(types) if t == "linear_attention")
+    every = c.int("full_attention_interval")
+    return tuple(i for i in range(n_layers) if (i + 1) % every)
 
 
 def _refuse_multimodal(data: dict[str, Any], origin: str) -> None:
