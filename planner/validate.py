@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import Format, Framework, framework
+from planner.catalog.frameworks import Format, Framework, Switch, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
 from planner.errors import InfeasibleError, PlannerError
 from planner.frozen import Frozen
@@ -169,8 +169,9 @@ def _as_run(fw: Framework | None, p: Point) -> Framework:
     the engine's; an entry without one has the profiles' total fraction)."""
     fw = fw or framework(p.framework)
     if p.state_dtype is not None:
-        fw = fw.model_copy(update={"linear_state_dtype": Format(
-            value=DType(p.state_dtype), source=f"the run's command line ({p.source})")})
+        given = f"the run's command line ({p.source})"
+        fw = fw.model_copy(update={"linear_state_dtype": Format(value=DType(p.state_dtype), source=given),
+                                   "linear_state_from_checkpoint": Switch(value=False, source=given)})
     if p.mem_fraction is None:
         return fw
     frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")

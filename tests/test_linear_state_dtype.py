@@ -105,3 +105,26 @@ def test_throughput_and_whatif_take_the_state_format_on_the_command_line():
     assert r.exit_code == 0 and json.loads(r.output)["state_dtype"] == "fp32"
     r = CliRunner().invoke(app, ["throughput", *base, "-c", "64", "--state-dtype", "int8"])
     assert r.exit_code == 2 and "int8" in r.output
+
+
+def test_a_checkpoints_declared_state_format_wins_where_the_engine_reads_it(tmp_path):
+    """Qwen3.5's config.json declares mamba_ssm_dtype float32, and vLLM copies it into its cache
+    config when --mamba-ssm-cache-dtype is auto: FP32 states under vllm for that model (Qwen3-Next,
+    which declares none, keeps vLLM's BF16); TensorRT-LLM's PyTorch backend takes the torch_dtype
+    instead (BF16); an explicit flag beats the checkpoint; an unknown declared format is named."""
+    kw = dict(tp=2, input_len=100, output_len=10)
+    assert planner.estimate("qwen3.5-35b-a3b", "h200", **kw).state_dtype == "fp32"
+    assert planner.estimate("qwen3-next-80b-a3b", "h200", **kw).state_dtype == "bf16"
+    assert planner.estimate("qwen3.5-35b-a3b", "h200", framework="tensorrt-llm-pytorch", **kw).state_dtype == "bf16"
+    assert planner.estimate("qwen3.5-35b-a3b", "h200", state_dtype="bf16", **kw).state_dtype == "bf16"
+    import json
+
+    import yaml
+
+    from planner.catalog.model_catalog import MODELS_DIR
+    config = yaml.safe_load((MODELS_DIR / "qwen3.5-35b-a3b.yaml").read_text())["config"]
+    assert config["mamba_ssm_dtype"] == "float32"
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps(dict(config, mamba_ssm_dtype="float8")))
+    with pytest.raises(InputError, match="mamba_ssm_dtype.*'float8'.*float32"):
+        planner.model(str(bad))

@@ -95,6 +95,7 @@ class Framework(Frozen):
     mixed_prefill: Switch | None = None       # decodes ride in prompt iterations (Engine.mixed_prefill)
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
     linear_state_dtype: Format | None = None   # Gated DeltaNet state format (Efficiency.linear_state_dtype)
+    linear_state_from_checkpoint: Switch | None = None   # Efficiency.linear_state_from_checkpoint
 
     @field_validator("ep_bulk")
     @classmethod
@@ -161,7 +162,8 @@ class Framework(Frozen):
             update["linear_state_dtype"] = self.linear_state_dtype.value
         if self.grouped_gemm_by_format:
             update["grouped_by_format"] = {**eff.grouped_by_format, **self.grouped_gemm_by_format}
-        for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks"):
+        for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks",
+                      "linear_state_from_checkpoint"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field).value
         def for_profile(by_name: dict[str, Fraction]) -> Fraction | None:
@@ -255,8 +257,9 @@ def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> 
 
 
 def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:
-    """``hw`` whose engine keeps linear-attention recurrent states in ``state_dtype`` (None: as
-    its framework entry says: ``Efficiency.linear_state_dtype``)."""
+    """``hw`` whose engine keeps linear-attention recurrent states in ``state_dtype``, whatever
+    the checkpoint declares (a flag the user passes wins); None: as its framework entry says
+    (``Efficiency.linear_state_dtype``, ``linear_state_from_checkpoint``)."""
     if state_dtype is None:
         return hw
     names = ", ".join(d.value for d in STATE_DTYPES)
@@ -267,4 +270,5 @@ def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> Ha
     if fmt not in STATE_DTYPES:
         raise InputError(f"state_dtype {fmt.value}: recurrent states are kept in {names} (engines offer no "
                          "other format)")
-    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update={"linear_state_dtype": fmt})})
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(
+        update={"linear_state_dtype": fmt, "linear_state_from_checkpoint": False})})

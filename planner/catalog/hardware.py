@@ -321,6 +321,9 @@ class Efficiency(Frozen):
     # heads x dk x dv): SGLang --mamba-ssm-dtype (default float32), vLLM --mamba-ssm-cache-dtype
     # ('auto': the model's dtype); KDA states stay FP32 (perf.ops.recurrent_state_dtype)
     linear_state_dtype: DType = DType.fp32
+    # the engine stores a checkpoint's declared state format instead where it declares one
+    # (ModelSpec.state_dtype; vLLM copies Qwen3.5's mamba_ssm_dtype into its cache config)
+    linear_state_from_checkpoint: bool = False
     moe_a2a: bool = False            # MoE tokens by all-to-all whenever ep > 1, TP attention too (perf.ops)
     shared_expert_ranks: bool = False   # decode: shared experts on EP ranks of their own, dispatched to (perf.ops)
     comm_compute_share: Fraction = Fraction(

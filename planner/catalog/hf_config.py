@@ -136,6 +136,7 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
                 shared_intermediate_size=c.int("shared_expert_intermediate_size", default=0),
                 dense_layers=tuple(c.get("mlp_only_layers") or ()),
             )
+        spec["state_dtype"] = _state_dtype(c)
         spec["linear_attention"] = LinearAttention(
             kind="gated_deltanet", layers=_linear_layers(c, n_layers),
             num_key_heads=c.int("linear_num_key_heads"), num_value_heads=c.int("linear_num_value_heads"),
@@ -162,6 +163,19 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
         raise InputError(f"{origin}: inconsistent config ({field}): {err['msg']}") from None
+
+
+_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _state_dtype(c: _Config) -> str | None:
+    """The recurrent-state format a checkpoint declares (``mamba_ssm_dtype``), or None."""
+    v = c.get("mamba_ssm_dtype")
+    if v is None:
+        return None
+    if v not in _STATE_DTYPES:
+        raise InputError(f"{c.origin}: field 'mamba_ssm_dtype' is {v!r}; expected one of {', '.join(_STATE_DTYPES)}")
+    return _STATE_DTYPES[v]
 
 
 def _linear_layers(c: _Config, n_layers: int) -> tuple[int, ...]:

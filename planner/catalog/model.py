@@ -152,6 +152,9 @@ class ModelSpec(Frozen):
     mla: MLA | None = None
     moe: MoE | None = None
     linear_attention: LinearAttention | None = None
+    state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        None, description="the recurrent-state format the checkpoint declares (config.json mamba_ssm_dtype: "
+        "Qwen3.5 float32), which engines that honour it use unless told otherwise")
     window: AttentionWindow | None = None
     native_dtype: str = "bf16"
     max_context: int | None = None

@@ -35,7 +35,7 @@ from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.cost import device_rate
 from planner.perf.memory import kv_cache_bytes_per_token, state_bytes_per_sequence_device
-from planner.perf.ops import DTypes
+from planner.perf.ops import DTypes, engine_state_dtype
 from planner.perf.parallel import Layout, check_layout, dp_ranks
 from planner.serving.batching import Engine, iteration
 from planner.serving.queueing import multi_server_wait, serving_curve
@@ -132,7 +132,7 @@ class PrfaasResult(BaseModel):
 def _state_bytes(model: ModelSpec, spec: PrfaasSpec) -> float:
     """A request's linear-attention state (and windowed KV) as the remote site hands it over: in
     the format its engine keeps it in."""
-    state = with_framework(get_hardware(spec.remote.hardware)).efficiency.linear_state_dtype
+    state = engine_state_dtype(model, with_framework(get_hardware(spec.remote.hardware)).efficiency)
     return float(np.ravel(state_bytes_per_sequence_device(model, Layout.of(1, 1, 1), spec.kv_dtype,
                                                           state_dtype=state))[0])
 

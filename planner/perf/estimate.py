@@ -38,7 +38,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
-from planner.perf.ops import DTypes, Step, layer_ops, mtp_draft_ops, recurrent_state_dtype
+from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, recurrent_state_dtype
 from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
@@ -122,7 +122,7 @@ def _decode_ops(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     all-to-all backend and shared-expert placement, its draft-extend pass)."""
     eff, k = hw.efficiency, spec.draft_tokens
     return (layer_ops(model, lay, Step.of(n, 1.0 + k, ctx), dtypes, eff.moe_a2a, eff.shared_expert_ranks,
-                      eff.linear_state_dtype)
+                      engine_state_dtype(model, eff))
             + mtp_draft_ops(model, lay, Step.of(n, 1.0, ctx), dtypes, passes=k, extend=eff.draft_extend,
                             draft=spec.draft, a2a=eff.moe_a2a, shared_ranks=eff.shared_expert_ranks))
 
@@ -264,7 +264,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
         state_dtype=None if m.linear_attention is None else recurrent_state_dtype(
-            m.linear_attention.kind, hw.efficiency.linear_state_dtype).value,
+            m.linear_attention.kind, engine_state_dtype(m, hw.efficiency)).value,
         draft=None if draft is None else (draft.name if isinstance(draft, DraftSpec) else str(draft)),
         cp=cp, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
         total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,

@@ -17,7 +17,16 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.perf.ops import DTypes, Op, OpKind, Step, layer_ops, mtp_draft_ops, recurrent_state_dtype
+from planner.perf.ops import (
+    DTypes,
+    Op,
+    OpKind,
+    Step,
+    engine_state_dtype,
+    layer_ops,
+    mtp_draft_ops,
+    recurrent_state_dtype,
+)
 from planner.perf.parallel import Layout, on_dies
 
 if TYPE_CHECKING:
@@ -63,7 +72,7 @@ def state_bytes_per_sequence_device(model: ModelSpec, layout: Layout, kv_dtype: 
     sequence is longer than the window, as engines that free out-of-window blocks hold it; it
     overstates shorter ones by the part of the window they do not fill)."""
     if state_dtype is None and hw is not None:
-        state_dtype = hw.efficiency.linear_state_dtype
+        state_dtype = engine_state_dtype(model, hw.efficiency)
     if hw is not None and hw.dies_per_device > 1:
         def per_rank(m: ModelSpec, lay: Layout, kv: DType) -> np.ndarray:
             return state_bytes_per_sequence_device(m, lay, kv, state_dtype=state_dtype)
@@ -199,7 +208,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     dp = layout.attention_dp
     per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
     per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
-        model, layout, dtypes.kv, state_dtype=hw.efficiency.linear_state_dtype)
+        model, layout, dtypes.kv, state_dtype=engine_state_dtype(model, hw.efficiency))
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)

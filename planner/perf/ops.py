@@ -54,6 +54,15 @@ def recurrent_state_dtype(kind: str, engine: DType | None = None) -> DType:
     return engine
 
 
+def engine_state_dtype(model: ModelSpec, eff) -> DType:
+    """The format ``eff``'s engine keeps ``model``'s Gated DeltaNet states in: the checkpoint's
+    declared one (``ModelSpec.state_dtype``) where the engine honours it
+    (``Efficiency.linear_state_from_checkpoint``), else the engine's own default."""
+    if eff.linear_state_from_checkpoint and model.state_dtype is not None:
+        return DType(model.state_dtype)
+    return eff.linear_state_dtype
+
+
 class OpKind(str, Enum):
     gemm = "gemm"
     attention = "attention"

@@ -40,6 +40,7 @@ from planner.perf.ops import (
     Per,
     Step,
     add_nonneg,
+    engine_state_dtype,
     in_place,
     layer_ops,
     scalar_zero,
@@ -485,5 +486,5 @@ def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step,
     hw, layout = on_dies(hw, layout)
     eff = hw.efficiency
     return build_step(hw, layer_ops(model, layout, step, dtypes, eff.moe_a2a, eff.shared_expert_ranks,
-                                    eff.linear_state_dtype), dtypes, layout,
+                                    engine_state_dtype(model, eff)), dtypes, layout,
                       step.batch)

@@ -22,7 +22,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import step_time as measured_step_time
 from planner.perf.measured import table_for
-from planner.perf.ops import DTypes, Per, Step, layer_ops, merge_ops, mtp_draft_ops, scaled
+from planner.perf.ops import DTypes, Per, Step, engine_state_dtype, layer_ops, merge_ops, mtp_draft_ops, scaled
 from planner.perf.parallel import Layout, on_dies
 from planner.perf.power import step_power_w
 from planner.perf.roofline import build_step
@@ -206,7 +206,8 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     hw, lay = on_dies(hw, lay)          # a multi-die package: one die's step (power stays the package's)
     pp, k = lay.pp, spec.draft_tokens
     n = np.asarray(n_decode, float) / pp
-    a2a, aside, state = hw.efficiency.moe_a2a, hw.efficiency.shared_expert_ranks, hw.efficiency.linear_state_dtype
+    eff = hw.efficiency
+    a2a, aside, state = eff.moe_a2a, eff.shared_expert_ranks, engine_state_dtype(model, eff)
     dec = layer_ops(model, lay, Step.lean(n, 1.0 + k, decode_ctx, dp_skew), dtypes, a2a, aside, state)
     pre = layer_ops(model, lay, Step.lean(np.asarray(prefill_tokens, float) / pp / np.asarray(prompt_len, float),
                                           prompt_len, 0.0, prompt=True, replica_tokens=replica_tokens), dtypes, a2a,
