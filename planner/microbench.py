@@ -184,11 +184,18 @@ def decode_attention_sweep(path: Path) -> dict:
             act_bytes=batch * qh * hd * 2 * 2.0, keys=ctx)
     dt = DType.fp8 if float(eb[0]) == 1 else DType.bf16
     predicted = np.asarray(op_time(hw, op, DTypes(weight=DType.bf16, kv=dt, act=DType.bf16)).time_s) * 1e6
-    scored = _above_floor(path, t_us * 1e-6)
-    err = (predicted / t_us - 1.0)[scored]
+    return _timed_calls(hw, path, predicted, t_us)
+
+
+def _timed_calls(hw, path: Path, predicted_us: np.ndarray, measured_us: np.ndarray) -> dict:
+    """The summary of a kernel-call sweep replayed through ``op_time``: calls scored (those above
+    the file's stated harness floor, ``_above_floor``), their median and worst time error."""
+    scored = _above_floor(path, measured_us * 1e-6)
+    err = (predicted_us / measured_us - 1.0)[scored]
     return {"hardware": hw.name, "file": path.name, "points": int(scored.sum()), "floor_bound": int((~scored).sum()),
-            "predicted_us": predicted, "measured_us": t_us, "median_abs_rel_error": float(np.median(np.abs(err))),
-            "max_abs_rel_error": float(np.max(np.abs(err))), "median_rel_error": float(np.median(err))}
+            "predicted_us": predicted_us, "measured_us": measured_us,
+            "median_abs_rel_error": float(np.median(np.abs(err))), "max_abs_rel_error": float(np.max(np.abs(err))),
+            "median_rel_error": float(np.median(err))}
 
 
 def decode_attention_sweeps() -> list[dict]:
@@ -210,11 +217,7 @@ def linear_decode_sweep(path: Path) -> dict:
     act = batch * (2 * kh * hd + 2 * vh * hd) * 2.0             # q, k, v in and the output out
     op = Op("linear_attention", OpKind.attention, 1, flops=8.0 * batch * vh * hd * hd, act_bytes=act,
             kv_bytes=state, linear=True, recurrent=True)
-    predicted = np.asarray(op_time(hw, op, DTypes()).time_s) * 1e6
-    err = predicted / t_us - 1.0
-    return {"hardware": hw.name, "file": path.name, "points": int(err.size), "floor_bound": 0,
-            "predicted_us": predicted, "measured_us": t_us, "median_abs_rel_error": float(np.median(np.abs(err))),
-            "max_abs_rel_error": float(np.max(np.abs(err))), "median_rel_error": float(np.median(err))}
+    return _timed_calls(hw, path, np.asarray(op_time(hw, op, DTypes()).time_s) * 1e6, t_us)
 
 
 def linear_decode_sweeps() -> list[dict]:

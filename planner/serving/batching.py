@@ -213,7 +213,7 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
                                           prompt_len, 0.0, prompt=True, replica_tokens=replica_tokens), dtypes, a2a,
                     state=state)
     draft = mtp_draft_ops(model, lay, Step.lean(n, 1.0, decode_ctx, dp_skew), dtypes, passes=k,
-                          extend=hw.efficiency.draft_extend, draft=spec.draft, a2a=a2a, shared_ranks=aside)
+                          extend=eff.draft_extend, draft=spec.draft, a2a=a2a, shared_ranks=aside)
     # the prefill operators are temporaries of this call: sums may be written into their arrays
     ops = merge_ops(dec, pre, consume_b=True) + draft
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
