@@ -171,6 +171,21 @@ def test_qwen35_hybrids_from_their_text_configs():
     assert small.linear_attention.state_elements == 524_288 + 24_576
 
 
+def test_qwen36_dense_hybrid():
+    """Qwen3.6-27B, the dense member of the Qwen3.5/3.6 text family: 48 Gated DeltaNet and 16 gated
+    full-attention layers (every 4th), a dense 17,408-wide SwiGLU FFN, FP32 recurrent states as its
+    config declares. Total within 1.5% of the name; KV and state by hand."""
+    m = planner.model("qwen3.6-27b")
+    assert len(m.linear_attention.layers) == 48 and m.num_attention_layers == 16 and m.moe is None
+    assert m.mixer(3).value == "attention" and m.mixer(2).value == "linear" and m.state_dtype == "fp32"
+    total, active = parameter_counts(m)
+    assert total == active == pytest.approx(27e9, rel=0.015)
+    # 16 full-attention layers x 4 KV heads x 256 x (K, V) x 2 B
+    assert planner.kv_cache_bytes_per_token("qwen3.6-27b") == 16 * 4 * 256 * 2 * 2 == 65_536
+    # per GDN layer: 48 value heads x 128 x 128 state, conv over (2 x 16 + 48) x 128 channels x 3
+    assert m.linear_attention.state_elements == 48 * 128 * 128 + 80 * 128 * 3 == 817_152
+
+
 def test_qwen35_configs_name_what_is_wrong(tmp_path):
     import yaml
 
