@@ -102,7 +102,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     from planner.perf.parallel import Layout, on_dies
 
     b = result.best
-    m = model(scn.model)
+    m = scn.engine.model_as_run(model(scn.model))
     hw = with_framework(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
                         scn.engine.framework)
     lay = Layout.of(b.tp, b.ep, b.pp)
@@ -122,7 +122,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         name=f"{scn.name}-{b.hardware}-tp{b.tp}".lower().replace("_", "-").replace(".", "-")[:63].strip("-"),
         model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
         ranks=int(ranks.stage_devices), rank_tp=rank_tp, rank_dp=rank_dp, rank_ep=rank_ep,
-        mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3),
+        mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3), state=scn.engine.state_dtype,
         max_num_seqs=b.max_num_seqs,
         # what the whole instance admits, as the planner assumed it (engine.limits_scope), over its
         # engine ranks (one per die)
@@ -155,7 +155,12 @@ def vllm_args(p: dict) -> list[str]:
     args += ["--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(tokens),
              "--gpu-memory-utilization", f"{p['mem_util']:g}",
              "--kv-cache-dtype", "fp8" if b.kv_dtype == "fp8" else "auto"]
+    if p["state"]:                   # the recurrent-state format the plan assumed (engine.state_dtype)
+        args += ["--mamba-ssm-cache-dtype", _TORCH_NAMES[p["state"]]]
     return args + _quantization(p, "ascend")
+
+
+_TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _quantization(p: dict, ascend_name: str) -> list[str]:
@@ -192,12 +197,18 @@ def sglang_args(p: dict) -> list[str]:
             args += ["--enable-mixed-chunk"]
     if b.kv_dtype == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
+    if p["state"]:
+        args += ["--mamba-ssm-dtype", _TORCH_NAMES[p["state"]]]
     return args + _quantization(p, "modelslim")
 
 
 def trtllm_args(p: dict) -> list[str]:
     b = p["b"]
     _sglang_only(p, "TensorRT-LLM")
+    if p["state"]:
+        raise InputError("trtllm-serve takes the recurrent-state format only in an extra options file "
+                         "(kv_cache_config.mamba_ssm_cache_dtype), which this emitter does not write; emit vllm or "
+                         "sglang, or drop engine.state_dtype")
     return ["--tp_size", str(p["stage"]), "--pp_size", str(b.pp), "--ep_size", str(b.ep),
             "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(-(-p["instance_tokens"] // p["dp"])),
             "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}"]
@@ -271,6 +282,9 @@ def mindie_config(p: dict) -> dict:
     if p["chunked"] and p["mixed"]:
         raise InputError("the plan runs decodes in its prompt iterations (engine.mixed_prefill: true); MindIE's "
                          "Standard template batches prompts apart: plan with engine.framework: mindie")
+    if p["state"]:
+        raise InputError("MindIE's config has no recurrent-state format key, which the plan set (engine.state_dtype: "
+                         f"{p['state']}); emit vllm or sglang, or drop engine.state_dtype")
     inp, out, _ = p["scn"].workload.joint_support()
     max_in, max_seq = _tokens_up(inp.max()), _tokens_up((inp + out).max())
     model_cfg: dict = {"modelName": p["model"], "modelWeightPath": "$MODEL_PATH", "worldSize": p["ranks"],

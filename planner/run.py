@@ -76,7 +76,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         scn = load_scenario(scn)
     elif not isinstance(scn, Scenario):
         raise InputError(f"run_scenario takes a Scenario or a scenario file path, got {type(scn).__name__}")
-    m = get_model(scn.model)
+    m = scn.engine.model_as_run(get_model(scn.model))      # the recurrent-state format the engine is set to
     if scn.design.type == "splitwise":          # each design loads only when used (CLI start-up)
         from planner.designs.splitwise import plan_splitwise
 

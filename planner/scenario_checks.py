@@ -18,6 +18,18 @@ def check_scenario(scn: Any) -> None:
     _check_fleet_available(scn)
     _check_context(scn)
     _check_draft(scn)
+    _check_state_dtype(scn)
+
+
+def _check_state_dtype(scn: Any) -> None:
+    """A recurrent-state format needs recurrent states: on a model without linear-attention
+    layers it would be ignored."""
+    from planner.catalog.model_catalog import model
+
+    if scn.engine.state_dtype is not None and model(scn.model).linear_attention is None:
+        raise located("engine.state_dtype", f"{scn.model} has no linear-attention layers, so it keeps no recurrent "
+                      "states and this setting would be ignored; remove it, or plan a hybrid model (e.g. "
+                      "qwen3-next-80b-a3b)")
 
 
 def _check_draft(scn: Any) -> None:

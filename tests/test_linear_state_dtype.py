@@ -128,3 +128,60 @@ def test_a_checkpoints_declared_state_format_wins_where_the_engine_reads_it(tmp_
     bad.write_text(json.dumps(dict(config, mamba_ssm_dtype="float8")))
     with pytest.raises(InputError, match="mamba_ssm_dtype.*'float8'.*float32"):
         planner.model(str(bad))
+
+
+HYBRID_SCENARIO = """\
+name: qnext-states
+model: qwen3-next-80b-a3b
+workload:
+  rate: 20
+  input: {dist: fixed, value: 8000}
+  output: {dist: fixed, value: 1000}
+slo:
+  ttft_s: {p90: 3.0}
+  tpot_s: {p90: 0.05}
+engine: {framework: vllm, state_dtype: fp32}
+search: {hardware: [h200], tp: [2], weight_dtype: [bf16]}
+"""
+
+
+def test_scenario_engine_state_dtype_plans_and_launches_that_format(tmp_path):
+    """engine.state_dtype is the engine's command-line format: it beats vLLM's BF16 default, so
+    FP32 states (2 x the bytes of the 16 value heads x 128 x 128 per GDN layer and rank) hold
+    fewer sequences per H200 and the plan needs at least as many instances; the plan says which
+    format it assumed, and the vLLM / SGLang launch files set it."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    fp32, bf16 = tmp_path / "fp32.yaml", tmp_path / "bf16.yaml"
+    fp32.write_text(HYBRID_SCENARIO)
+    bf16.write_text(HYBRID_SCENARIO.replace("state_dtype: fp32", "state_dtype: bf16"))
+    a, b = run_scenario(load_scenario(fp32)).best, run_scenario(load_scenario(bf16)).best
+    assert (a.state_dtype, b.state_dtype) == ("fp32", "bf16")
+    assert a.instances >= b.instances and a.max_rate_per_instance < b.max_rate_per_instance
+    runner = CliRunner()
+    for engine, flag in (("vllm", "--mamba-ssm-cache-dtype float32"), ("sglang", "--mamba-ssm-dtype float32")):
+        r = runner.invoke(app, ["plan", str(fp32), "--json", "--emit", engine, str(tmp_path / engine)])
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.stdout)["best"]["state_dtype"] == "fp32"
+        assert flag in (tmp_path / engine / f"{engine}.sh").read_text().replace("\\\n", " ").replace("  ", " ")
+    r = runner.invoke(app, ["plan", str(fp32), "--emit", "trtllm", str(tmp_path / "trt")])
+    assert r.exit_code == 2 and "mamba_ssm_cache_dtype" in r.stderr and not (tmp_path / "trt").exists()
+
+
+def test_scenario_state_dtype_on_a_model_without_states_is_a_located_error(tmp_path):
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    p = tmp_path / "dense.yaml"
+    p.write_text(HYBRID_SCENARIO.replace("qwen3-next-80b-a3b", "llama-3.1-8b"))
+    with pytest.raises(InputError, match=r"dense.yaml:10 engine.state_dtype: llama-3.1-8b has no linear-attention"):
+        load_scenario(p)
+    p.write_text(HYBRID_SCENARIO.replace("state_dtype: fp32", "state_dtype: int8"))
+    with pytest.raises(InputError, match=r"engine.state_dtype"):
+        load_scenario(p)

@@ -155,6 +155,10 @@ class ModelSpec(Frozen):
     state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         None, description="the recurrent-state format the checkpoint declares (config.json mamba_ssm_dtype: "
         "Qwen3.5 float32), which engines that honour it use unless told otherwise")
+    state_dtype_set: Literal["fp32", "bf16", "fp16"] | None = Field(
+        None, description="the recurrent-state format the deployment sets on its engine (a scenario's "
+        "engine.state_dtype: vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype), which beats both the "
+        "checkpoint's and the engine's default (ops.engine_state_dtype); None: not set")
     window: AttentionWindow | None = None
     native_dtype: str = "bf16"
     max_context: int | None = None

@@ -22,7 +22,7 @@ from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel
-from planner.perf.ops import DTypes
+from planner.perf.ops import DTypes, states_format
 from planner.perf.parallel import Layout, dp_ranks
 from planner.search import BLOCK, blocks, candidates, map_blocks, steady_heap
 from planner.serving.batching import Engine
@@ -48,6 +48,7 @@ class Deployment(BaseModel):
     pp: int
     weight_dtype: str
     kv_dtype: str
+    state_dtype: str | None = None    # linear-attention recurrent states (None: the model keeps none)
     instances: int
     accelerators: int
     rate_per_instance: float
@@ -300,7 +301,8 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
     replicas = dp_ranks(hw, Layout.of(ev.lay.tp[i], ev.lay.ep[i], ev.lay.pp[i]))
     return Deployment(
         hardware=hw.name, tp=int(ev.lay.tp[i]), ep=int(ev.lay.ep[i]), pp=int(ev.lay.pp[i]),
-        weight_dtype=ev.dtypes.weight.value, kv_dtype=ev.dtypes.kv.value, instances=k,
+        weight_dtype=ev.dtypes.weight.value, kv_dtype=ev.dtypes.kv.value,
+        state_dtype=getattr(states_format(model, hw.efficiency), "value", None), instances=k,
         accelerators=accelerators, rate_per_instance=r,
         max_rate_per_instance=float(np.where(ev.ok[i], c.rate[i], -np.inf).max()),
         decode_batch=n, max_num_seqs=int(np.ceil((n + 2.33 * np.sqrt(max(n, 1.0))) / replicas)) + 1,

@@ -38,7 +38,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
-from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, recurrent_state_dtype
+from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, states_format
 from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
@@ -263,8 +263,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         batch=batch,
         input_len=input_len, output_len=output_len, weight_dtype=dtypes.weight.value, kv_dtype=dtypes.kv.value,
         mtp_tokens=spec.draft_tokens, mtp_acceptance=spec.acceptance,
-        state_dtype=None if m.linear_attention is None else recurrent_state_dtype(
-            m.linear_attention.kind, engine_state_dtype(m, hw.efficiency)).value,
+        state_dtype=getattr(states_format(m, hw.efficiency), "value", None),
         draft=None if draft is None else (draft.name if isinstance(draft, DraftSpec) else str(draft)),
         cp=cp, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, output_tokens_per_s=out_tps,
         total_tokens_per_s=batch * (input_len + output_len) / e2e, fits=fits,

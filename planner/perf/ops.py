@@ -55,12 +55,24 @@ def recurrent_state_dtype(kind: str, engine: DType | None = None) -> DType:
 
 
 def engine_state_dtype(model: ModelSpec, eff) -> DType:
-    """The format ``eff``'s engine keeps ``model``'s Gated DeltaNet states in: the checkpoint's
-    declared one (``ModelSpec.state_dtype``) where the engine honours it
-    (``Efficiency.linear_state_from_checkpoint``), else the engine's own default."""
+    """The format ``eff``'s engine keeps ``model``'s Gated DeltaNet states in: the one the
+    deployment sets on the engine (``ModelSpec.state_dtype_set``, a scenario's
+    ``engine.state_dtype``), else the checkpoint's declared one (``ModelSpec.state_dtype``) where
+    the engine honours it (``Efficiency.linear_state_from_checkpoint``), else the engine's own
+    default. (A CLI ``--state-dtype`` reaches ``eff`` instead: ``frameworks.with_state_dtype``.)"""
+    if model.state_dtype_set is not None:
+        return DType(model.state_dtype_set)
     if eff.linear_state_from_checkpoint and model.state_dtype is not None:
         return DType(model.state_dtype)
     return eff.linear_state_dtype
+
+
+def states_format(model: ModelSpec, eff) -> DType | None:
+    """The format ``model``'s recurrent states are kept in under ``eff``'s engine (KDA's always
+    FP32), None for a model without linear-attention layers: what a plan or an estimate reports."""
+    if model.linear_attention is None:
+        return None
+    return recurrent_state_dtype(model.linear_attention.kind, engine_state_dtype(model, eff))
 
 
 class OpKind(str, Enum):

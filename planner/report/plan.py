@@ -14,10 +14,11 @@ def _lat(d: dict[str, float]) -> str:
 
 def print_plan(r: PlanResult) -> None:
     b = r.best
+    states = f", {b.state_dtype} recurrent states" if b.state_dtype else ""
     rows = [
         ("workload", f"{r.rate:g} req/s, mean {r.mean_input_tokens:,.0f} in / {r.mean_output_tokens:,.0f} out tokens"),
         ("deployment", f"{b.instances} x ({b.hardware} tp={b.tp} ep={b.ep} pp={b.pp}, {b.weight_dtype} weights, "
-                       f"{b.kv_dtype} KV) = {b.accelerators} accelerators"),
+                       f"{b.kv_dtype} KV{states}) = {b.accelerators} accelerators"),
         ("load per instance", f"{b.rate_per_instance:.3g} req/s of {b.max_rate_per_instance:.3g} max under the SLOs; "
                               f"mean decode batch {b.decode_batch:.0f} (set max_num_seqs >= {b.max_num_seqs} per "
                               "engine replica, i.e. per attention-DP rank)"),

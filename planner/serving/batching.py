@@ -120,6 +120,16 @@ class Engine(Frozen):
         "engine's) and the analytic TPOT percentiles carry the spread; default: a Beta concentration of 15.7, "
         "which reproduces the per-request spread aiperf's SPEED-Bench run measured (acceptance rate 63.8% +- 16.2 "
         "points; perf.speculation); 0: none")
+    state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        None, description="format the engine keeps linear-attention (Gated DeltaNet) recurrent states in, as set "
+        "on its command line (vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype); beats the checkpoint's "
+        "declared one and the framework's default; default: as the framework entry says (SGLang fp32, vLLM the "
+        "checkpoint's or the model dtype)")
+
+    def model_as_run(self, model: ModelSpec) -> ModelSpec:
+        """``model`` with this engine's recurrent-state format set on it where one is given
+        (``ModelSpec.state_dtype_set``, which ``ops.engine_state_dtype`` reads first)."""
+        return model if self.state_dtype is None else model.model_copy(update={"state_dtype_set": self.state_dtype})
 
     @model_validator(mode="after")
     def _acceptance_needs_drafts(self) -> Engine:
