@@ -49,6 +49,10 @@ class Site(Frozen):
     instances: int = Field(ge=1)
     prefix_hit: float | None = Field(None, ge=0, lt=1, description="fraction of prompt tokens cached at this site "
                                      "(default: the workload's prefix_hit, which a session workload derives)")
+    prefill_fixed_s: float = Field(0.0, ge=0, le=60, description="time each prefill holds one of this site's "
+                                   "instances beyond its roofline, per request, where the profile you plan against "
+                                   "measured one (a PD prefill server's per-request bootstrap and KV hand-off, a "
+                                   "benchmark's front end): it adds to TTFT and lowers the site's prefill rate")
 
 
 class Link(Frozen):
@@ -153,7 +157,7 @@ def _site_prefill_s(model, site: Site, dtypes, lengths) -> np.ndarray:
     lay = _layout(model, site)
     check_layout(model, lay, hw)
     tokens = np.maximum(np.round(lengths * (1 - site.prefix_hit)), 1)
-    return iteration(model, hw, lay, dtypes, 0.0, 16.0, tokens, tokens).time_s
+    return iteration(model, hw, lay, dtypes, 0.0, 16.0, tokens, tokens).time_s + site.prefill_fixed_s
 
 
 def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: float) -> tuple[float, float]:
@@ -182,6 +186,11 @@ def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_
     notes = []
     spec = spec.model_copy(update={s: getattr(spec, s).model_copy(update={"prefix_hit": workload.prefix_hit})
                                    for s in ("local", "remote") if getattr(spec, s).prefix_hit is None})
+    fixed = [f"{s}: {getattr(spec, s).prefill_fixed_s:g} s" for s in ("local", "remote")
+             if getattr(spec, s).prefill_fixed_s]
+    if fixed:
+        notes.append(f"each prefill holds its instance {', '.join(fixed)} beyond the roofline (prefill_fixed_s, "
+                     "as given in the scenario)")
     sys_, parts = _evaluate(model, spec, workload, dtypes, usd_per_h, spec.link)
     prfaas, homog, naive = sys_
     gains = {
@@ -230,7 +239,8 @@ def simulate_prfaas(model, spec: PrfaasSpec, workload: Workload, dtypes, system:
         a, i, o, threshold=system.threshold_tokens if system.threshold_tokens is not None else np.inf,
         kv_bytes=kv, link_bytes_per_s=spec.link.bytes_per_s, rtt_s=spec.link.rtt_s,
         bandwidth_cv=spec.link.bandwidth_cv, max_link_wait_s=spec.max_link_wait_s,
-        local_hit=spec.local.prefix_hit, remote_hit=spec.remote.prefix_hit, seed=7)
+        local_hit=spec.local.prefix_hit, remote_hit=spec.remote.prefix_hit,
+        prefill_fixed_s=(spec.local.prefill_fixed_s, spec.remote.prefill_fixed_s), seed=7)
     tt, tp = percentiles(r.ttft_s), percentiles(r.tpot_s[r.output_len > 1])
     return PrfaasSimCheck(rate=rate, requests=spec.simulate_requests, ttft_s=tt, tpot_s=tp,
                           requests_per_s=r.requests_per_s, offload_fraction=link["offload_fraction"],

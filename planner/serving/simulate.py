@@ -642,11 +642,13 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
                             arrival_s: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, *,
                             threshold: float, kv_bytes: np.ndarray, link_bytes_per_s: float, rtt_s: float,
                             bandwidth_cv: float, max_link_wait_s: float, local_hit: float = 0.0,
-                            remote_hit: float = 0.0, seed: int = 0, warmup_frac: float = 0.1) -> tuple[SimResult, dict]:
+                            remote_hit: float = 0.0, prefill_fixed_s: tuple[float, float] = (0.0, 0.0), seed: int = 0,
+                            warmup_frac: float = 0.1) -> tuple[SimResult, dict]:
     """Prefill-as-a-Service: prompts longer than ``threshold`` are prefilled remotely and their KV
     crosses one FCFS link whose bandwidth fluctuates per transfer (log-normal, ``bandwidth_cv``);
     a long request falls back to local prefill when the link's backlog exceeds ``max_link_wait_s``
-    (bandwidth-aware admission). Returns the result and link statistics."""
+    (bandwidth-aware admission). ``prefill_fixed_s``: (local, remote) time each prefill holds its
+    instance beyond the roofline (``Site.prefill_fixed_s``). Returns the result and link statistics."""
     rng = np.random.default_rng(seed)
     order = np.argsort(arrival_s, kind="stable")
     arrival_s, input_len, output_len, kv_bytes = arrival_s[order], input_len[order], output_len[order], kv_bytes[order]
@@ -657,7 +659,8 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
         uniq, inv = np.unique(tokens, return_inverse=True)
         return iteration(model, hw, lay, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
 
-    s_local, s_remote = service(lhw, llay, local_hit, input_len), service(rhw, rlay, remote_hit, input_len)
+    s_local = service(lhw, llay, local_hit, input_len) + prefill_fixed_s[0]
+    s_remote = service(rhw, rlay, remote_hit, input_len) + prefill_fixed_s[1]
     sigma = np.sqrt(np.log1p(bandwidth_cv**2))
     factor = rng.lognormal(-sigma**2 / 2, sigma, len(arrival_s)) if bandwidth_cv > 0 else np.ones(len(arrival_s))
     transfer = kv_bytes / (link_bytes_per_s * factor)
