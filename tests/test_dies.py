@@ -117,3 +117,27 @@ def test_memory_tips_only_name_layouts_that_split_over_dies():
     e = estimate(m, "ascend-910c", tp=1, batch=200, input_len=30000, output_len=10)
     assert not e.fits and any(t.startswith("--tp 2") for t in e.suggestions)
     assert not any(t.startswith(("--tp 4", "--tp 8")) for t in e.suggestions)
+
+
+@pytest.mark.parametrize("name, tp, ep, pp, groups", [
+    ("ascend-910c", 1, 8, 1, 1),     # attention DP + EP16 over dies: the EP communicator
+    ("ascend-910c", 4, 1, 1, 1),     # TP8 over dies: the all-reduce communicator
+    ("ascend-910c", 2, 8, 1, 2),     # TP4 attention groups and EP16: two
+    ("ascend-910b", 4, 1, 2, 2),     # TP4 and a pipeline: two
+    ("ascend-910b", 1, 1, 1, 0),     # one NPU: no collectives, no buffers
+])
+def test_hccl_communicators_keep_their_buffers_out_of_the_kv_pool(name, tp, ep, pp, groups):
+    """CANN's HCCL_BUFFSIZE page: every HCCL communicator holds 2 x HCCL_BUFFSIZE (default 200 MiB)
+    on each rank for itself. The KV pool of a package loses exactly dies x groups x 400 MiB against
+    the same profile without the term; the memory breakdown names it."""
+    m, hw, lay, dt = model("qwen3-235b-a22b"), hardware(name), Layout.of(tp, ep, pp), DTypes(weight=DType.int8)
+    bare = hw.model_copy(update={"memory": hw.memory.model_copy(update={"comm_buffer": None})})
+    lost = float(free_kv_bytes_device(m, bare, lay, dt) - free_kv_bytes_device(m, hw, lay, dt))
+    assert lost == pytest.approx(hw.dies_per_device * groups * 400 * 2**20)
+    e = estimate(m, hw, tp=tp, ep=ep, pp=pp, batch=8, input_len=2000, output_len=100, weight_dtype="int8")
+    assert e.memory.comm_buffer_bytes == pytest.approx(hw.dies_per_device * groups * 400 * 2**20)
+
+
+def test_gpus_model_no_communicator_buffers():
+    e = estimate("llama-3.1-70b", "h100-sxm", tp=8, batch=8, input_len=2000, output_len=100)
+    assert hardware("h100-sxm").memory.comm_buffer is None and e.memory.comm_buffer_bytes == 0

@@ -100,6 +100,10 @@ class UsdPerHour(Figure):
 class Memory(Frozen):
     capacity: Bytes
     bandwidth: Bandwidth
+    # device memory one collective-communication group's communicator takes on each rank, kept out of
+    # the KV pool (Ascend HCCL: 2 x HCCL_BUFFSIZE, 400 MB at the default; None: not modelled, e.g. NCCL's
+    # few-MB-per-channel buffers)
+    comm_buffer: Bytes | None = None
 
 
 class HostMemory(Frozen):
@@ -439,7 +443,9 @@ def _die_views(hw: HardwareProfile, d: int) -> HardwareProfile:
     assert up.domain_size is not None
     view = hw.model_copy(update={
         "peak_flops": {k: _share(v, d) for k, v in hw.peak_flops.items()},
-        "memory": Memory(capacity=_share(hw.memory.capacity, d), bandwidth=_share(hw.memory.bandwidth, d)),
+        # a communicator's buffer is per rank (die), not shared
+        "memory": hw.memory.model_copy(update={"capacity": _share(hw.memory.capacity, d),
+                                               "bandwidth": _share(hw.memory.bandwidth, d)}),
         "scale_up": up.model_copy(update={
             "bandwidth_per_direction": _share(up.bandwidth_per_direction, d),
             "domain_size": up.domain_size.model_copy(update={"value": up.domain_size.value * d})}),

@@ -160,6 +160,7 @@ class MemoryEstimate(Frozen):
     workspace_bytes: float
     used_bytes: float
     max_batch: int
+    comm_buffer_bytes: float = 0.0     # collective communicators' buffers (Ascend HCCL)
 
 
 class Estimate(Banded):
@@ -270,7 +271,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         memory=MemoryEstimate(
             capacity_bytes=f(mem.capacity), reserved_bytes=f(mem.reserved), weights_bytes=f(mem.weights),
             kv_cache_bytes=f(mem.kv_cache), workspace_bytes=f(mem.workspace), used_bytes=f(mem.used),
-            max_batch=int(f(mem.max_batch))),
+            max_batch=int(f(mem.max_batch)), comm_buffer_bytes=f(mem.comm_buffers)),
         prefill=prefill, decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
         infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
@@ -310,7 +311,9 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
 
     need, cap = f(mem.used), f(mem.capacity)
     reason = (f"needs {need:.1f} GiB per device (weights {f(mem.weights):.1f} GiB, KV cache {f(mem.kv_cache):.1f} GiB, "
-              f"workspace {f(mem.workspace):.1f} GiB, {hw.framework or 'engine'} reserve {f(mem.reserved):.1f} GiB) "
+              f"workspace {f(mem.workspace):.1f} GiB, "
+              + (f"communicator buffers {f(mem.comm_buffers):.1f} GiB, " if f(mem.comm_buffers) else "")
+              + f"{hw.framework or 'engine'} reserve {f(mem.reserved):.1f} GiB) "
               f"but {hw.name} has {cap:.1f} GiB")
     tp0, ep0, pp0 = (int(np.ravel(x)[0]) for x in (lay.tp, lay.ep, lay.pp))
     options = []

@@ -108,6 +108,19 @@ def workspace_bytes(model: ModelSpec, layout: Layout, dtypes: DTypes):
     return PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
 
 
+def comm_buffer_bytes(hw: HardwareProfile, layout: Layout) -> np.ndarray:
+    """Communicator buffers on one rank: one per parallel group that runs collectives on it (the
+    tensor-parallel all-reduce group, the expert-parallel group, the pipeline's), each of the
+    profile's ``memory.comm_buffer`` (Ascend: HCCL holds 2 x HCCL_BUFFSIZE per communicator for
+    itself, CANN's HCCL_BUFFSIZE page); engines allocate them beside the weights, before they size
+    their KV pool. ``layout`` is a rank's (``on_dies``)."""
+    buf = hw.memory.comm_buffer
+    if buf is None:
+        return np.zeros(np.shape(layout.tp))
+    groups = (np.asarray(layout.tp) > 1).astype(float) + (np.asarray(layout.ep) > 1) + (np.asarray(layout.pp) > 1)
+    return groups * buf.value
+
+
 def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
     """Device memory the engine keeps out of its KV pool beyond weights and workspace, by its
     policy (``HardwareProfile.memory_policy``): ``(1 - f) x total`` for vLLM/SGLang-style
@@ -143,7 +156,7 @@ def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, 
     hw, layout = on_dies(hw, layout)                       # one rank's, times the package's ranks
     weights = (weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
                + draft_weight_bytes_device(model, layout, dtypes, spec))
-    work = workspace_bytes(model, layout, dtypes)
+    work = workspace_bytes(model, layout, dtypes) + comm_buffer_bytes(hw, layout)
     return dies * (hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work))
 
 
@@ -177,6 +190,7 @@ class MemoryUse:
     workspace: np.ndarray
     kv_cache: np.ndarray
     kv_per_sequence: np.ndarray   # bytes one more sequence of the instance adds to a device
+    comm_buffers: np.ndarray      # collective communicators' own buffers (``comm_buffer_bytes``)
 
     def of_package(self, dies: int) -> MemoryUse:
         """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
@@ -187,7 +201,7 @@ class MemoryUse:
 
     @property
     def used(self) -> np.ndarray:
-        return self.reserved + self.weights + self.workspace + self.kv_cache
+        return self.reserved + self.weights + self.workspace + self.comm_buffers + self.kv_cache
 
     @property
     def fits(self) -> np.ndarray:
@@ -196,7 +210,7 @@ class MemoryUse:
     @property
     def max_batch(self) -> np.ndarray:
         """Largest number of sequences (whole instance) whose KV fits beside weights and workspace."""
-        free = self.capacity - self.reserved - self.weights - self.workspace
+        free = self.capacity - self.reserved - self.weights - self.workspace - self.comm_buffers
         return np.floor(np.maximum(free, 0) / self.kv_per_sequence)
 
 
@@ -211,15 +225,17 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
         model, layout, dtypes.kv, state_dtype=engine_state_dtype(model, hw.efficiency))
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
+    comm = comm_buffer_bytes(hw, layout) + 0 * cap
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
                + 0 * cap)
     return MemoryUse(
         capacity=cap,
-        reserved=reserved_bytes(hw, weights, workspace) + 0 * cap,
+        reserved=reserved_bytes(hw, weights, workspace + comm) + 0 * cap,
         weights=weights,
         workspace=workspace,
         kv_cache=batch / dp * per_seq_dev,
         kv_per_sequence=per_seq_dev / dp,
+        comm_buffers=comm,
     )
 
 

@@ -47,7 +47,10 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("total tokens/s", f"{e.total_tokens_per_s:,.0f}"),
         ("memory / device", f"{si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')}: weights "
                             f"{si(mem.weights_bytes, 'B')}, KV {si(mem.kv_cache_bytes, 'B')}, workspace "
-                            f"{si(mem.workspace_bytes, 'B')}, reserve {si(mem.reserved_bytes, 'B')}"),
+                            f"{si(mem.workspace_bytes, 'B')}, "
+                            + (f"communicator buffers {si(mem.comm_buffer_bytes, 'B')}, " if mem.comm_buffer_bytes
+                               else "")
+                            + f"reserve {si(mem.reserved_bytes, 'B')}"),
         ("max batch that fits", f"{mem.max_batch:,}"),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
