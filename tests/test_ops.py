@@ -160,6 +160,21 @@ def test_tp_all_reduce_time_by_hand():
     assert float(op_time(hw, ar, BF16).comm_s) == pytest.approx(123.4e-6, rel=2e-3)
 
 
+def test_pcie_all_reduce_spanning_both_sockets_by_hand():
+    """8 x L40S is two 4-GPU islands behind their CPUs' root complexes: a TP4 all-reduce stays in
+    one island at the intra-island ring rate (25.46 of 32 GB/s, FlashInfer PR #4870), a TP8 one
+    crosses the sockets at the flat 8-rank ring rate (20.75 of 32 GB/s). 16 MiB, alpha-beta."""
+    from planner.perf.comm import collective_time
+
+    hw, payload = planner.hardware("l40s"), 16 * 2**20
+    assert float(collective_time(hw, "all_reduce", payload, 4)) == pytest.approx(
+        2 * 3 / 4 * payload / (32e9 * 0.80) + 25e-6)
+    assert float(collective_time(hw, "all_reduce", payload, 8)) == pytest.approx(
+        2 * 7 / 8 * payload / (32e9 * 0.65) + 25e-6)
+    # a profile without islands (the H800's NVLink) keeps one fraction for every group
+    assert planner.hardware("h800").scale_up.island is None
+
+
 def test_measured_all_reduce_curve_bounds():
     """min(one-shot, max(alpha-beta, measured)): a 32 KiB all-reduce of 8 GPUs takes the one-shot
     kernel (10 us + 7 x 32 KiB / 450 GB/s, where NCCL measured 33.5 us); the time grows with the

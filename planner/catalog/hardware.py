@@ -162,6 +162,16 @@ class AllReduceSweep(Frozen):
         return self
 
 
+class Island(Frozen):
+    """Devices of a PCIe host that share one CPU socket's root complex (no NVLink, no PCIe switch
+    between the sockets): a collective spanning islands crosses the inter-socket link, which all
+    its flows share, and reaches a lower fraction of the link than one inside an island
+    (``efficiency``, replacing ``Efficiency.scale_up`` for such groups)."""
+
+    size: Count
+    efficiency: Fraction
+
+
 class Link(Frozen):
     """A network a device reaches peers over. Bandwidth is per device, per direction."""
 
@@ -173,6 +183,7 @@ class Link(Frozen):
     ring_hop_latency: Seconds | None = None   # if set, all-reduce is a ring: 2 (n - 1) steps of this each
     all_reduce_sweep: AllReduceSweep | None = None   # measured busbw vs size inside the domain (comm.py)
     topology: Literal["switched", "torus2d"] = "switched"   # torus2d: 4 ports per device (TPU ICI, NeuronLink)
+    island: Island | None = None           # PCIe hosts of two sockets: groups larger than one island
 
 
 class Power(Frozen):

@@ -42,11 +42,21 @@ from planner.perf.ops import in_place, into
 _SHAPE = {"all_reduce": 2.0, "all_to_all": 1.0, "p2p": None}
 
 
+def scale_up_efficiency(hw: HardwareProfile, group) -> np.ndarray | float:
+    """Fraction of the scale-up link a collective of ``group`` devices reaches: the profile's,
+    or on a two-socket PCIe host its measured fraction for groups spanning both islands
+    (``Link.island``: 8 x L40S, FlashInfer PR #4870's flat-ring copy rate)."""
+    isl = hw.scale_up.island
+    if isl is None:
+        return hw.efficiency.scale_up.value
+    return np.where(np.asarray(group) > isl.size.value, isl.efficiency.value, hw.efficiency.scale_up.value)
+
+
 def link_of(hw: HardwareProfile, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(effective bytes/s, latency s) of the link a group of ``group`` devices communicates over."""
     inside = np.asarray(group) <= hw.domain_size
     up, out = hw.scale_up, hw.scale_out
-    bw = np.where(inside, up.bandwidth_per_direction.value * hw.efficiency.scale_up.value,
+    bw = np.where(inside, up.bandwidth_per_direction.value * scale_up_efficiency(hw, group),
                   out.bandwidth_per_direction.value * hw.efficiency.scale_out.value)
     lat = np.where(inside, up.latency.value, out.latency.value)
     return bw, lat
@@ -171,7 +181,7 @@ def ep_all_to_all_time(hw: HardwareProfile, intra_bytes, token_bytes, draws, gro
     ``whatif --explain`` shows)."""
     group = np.asarray(group, dtype=float)
     dom = float(hw.domain_size)
-    up_eff = 1.0 if ideal else hw.efficiency.scale_up.value if up_efficiency is None else up_efficiency
+    up_eff = 1.0 if ideal else scale_up_efficiency(hw, group) if up_efficiency is None else up_efficiency
     up_bw = hw.scale_up.bandwidth_per_direction.value * up_eff
     out_bw = hw.scale_out.bandwidth_per_direction.value * (1.0 if ideal else hw.efficiency.scale_out.value)
     intra = np.asarray(intra_bytes, dtype=float)

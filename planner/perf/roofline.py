@@ -30,6 +30,7 @@ from planner.perf.comm import (
     ep_bulk_efficiency,
     link_of,
     measured_busbw,
+    scale_up_efficiency,
 )
 from planner.perf.ops import (
     COMM_KINDS,
@@ -363,7 +364,7 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
             ideal = _comm_time(hw, op, dtypes, ideal=True)
         else:                               # the ring's bytes at the link's nameplate rate
             bw = link_of(hw, op.group)[0] / np.where(np.asarray(op.group) <= hw.domain_size,
-                                                     hw.efficiency.scale_up.value, hw.efficiency.scale_out.value)
+                                                     scale_up_efficiency(hw, op.group), hw.efficiency.scale_out.value)
             shape = 2.0 if op.kind is OpKind.all_reduce else 1.0
             ideal = shape * (g - 1) / np.maximum(g, 1) * np.asarray(op.comm_bytes, float) / bw
         link = "scale-up" if np.ravel(np.asarray(op.group) <= hw.domain_size)[0] else "scale-out"
@@ -438,7 +439,7 @@ def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False)
         scale = load if fmt == 1.0 else load * fmt
         # a prompt step's transfer on the engine's throughput kernels, where it has them
         up = None if not hw.efficiency.ep_bulk or _zero(op.bulk) else \
-            np.where(np.asarray(op.bulk) > 0, ep_bulk_efficiency(hw, op.group), hw.efficiency.scale_up.value)
+            np.where(np.asarray(op.bulk) > 0, ep_bulk_efficiency(hw, op.group), scale_up_efficiency(hw, op.group))
         # the tokens-once bytes matter only to groups that span domains: computed only for those
         return ep_all_to_all_time(hw, np.asarray(op.comm_bytes) * scale, lambda: np.asarray(op.remote_bytes) * scale,
                                   op.draws, op.group, up, ideal)
