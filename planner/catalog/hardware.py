@@ -101,7 +101,7 @@ class Memory(Frozen):
     capacity: Bytes
     bandwidth: Bandwidth
     # device memory one collective-communication group's communicator takes on each rank, kept out of
-    # the KV pool (Ascend HCCL: 2 x HCCL_BUFFSIZE, 400 MB at the default; None: not modelled, e.g. NCCL's
+    # the KV pool (Ascend HCCL: 2 x HCCL_BUFFSIZE, 400 MiB at the default; None: not modelled, e.g. NCCL's
     # few-MB-per-channel buffers)
     comm_buffer: Bytes | None = None
 
