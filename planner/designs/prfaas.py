@@ -37,7 +37,7 @@ from planner.perf.cost import device_rate
 from planner.perf.memory import kv_cache_bytes_per_token, state_bytes_per_sequence_device
 from planner.perf.ops import DTypes, engine_state_dtype
 from planner.perf.parallel import Layout, check_layout, dp_ranks
-from planner.serving.batching import Engine, iteration
+from planner.serving.batching import Engine, prompt_alone_s
 from planner.serving.queueing import multi_server_wait, serving_curve
 from planner.serving.workload import Workload, length_stats, weighted_quantile
 
@@ -157,7 +157,7 @@ def _site_prefill_s(model, site: Site, dtypes, lengths) -> np.ndarray:
     lay = _layout(model, site)
     check_layout(model, lay, hw)
     tokens = np.maximum(np.round(lengths * (1 - site.prefix_hit)), 1)
-    return iteration(model, hw, lay, dtypes, 0.0, 16.0, tokens, tokens).time_s + site.prefill_fixed_s
+    return prompt_alone_s(model, hw, lay, dtypes, tokens) + site.prefill_fixed_s
 
 
 def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: float) -> tuple[float, float]:

@@ -179,6 +179,13 @@ class Iteration:
     power_w: np.ndarray   # per device
 
 
+def prompt_alone_s(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, tokens) -> np.ndarray:
+    """Seconds one instance takes to prefill each prompt of ``tokens`` in an iteration of its own
+    (no decodes riding along): a prompt server's service time. Computed once per distinct length."""
+    uniq, inv = np.unique(np.asarray(tokens, dtype=float), return_inverse=True)
+    return iteration(model, hw, lay, dtypes, 0.0, 16.0, uniq, uniq, power=False).time_s[inv.reshape(np.shape(tokens))]
+
+
 def iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, n_decode, decode_ctx,
               prefill_tokens, prompt_len, spec: Speculation = NO_SPECULATION, power: bool = True,
               dp_skew=1.0, replica_tokens=np.inf) -> Iteration:

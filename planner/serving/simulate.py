@@ -39,7 +39,7 @@ from planner.perf.memory import (
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, dp_ranks
 from planner.perf.speculation import Speculation
-from planner.serving.batching import Engine, iteration
+from planner.serving.batching import Engine, iteration, prompt_alone_s
 
 
 class IterationTable:
@@ -567,8 +567,7 @@ def simulate_disaggregated(model: ModelSpec, prompt: tuple[HardwareProfile, Layo
     order = np.argsort(arrival_s, kind="stable")
     arrival_s, input_len, output_len = arrival_s[order], input_len[order], output_len[order]
     pre_tokens = np.maximum(np.round(input_len * (1 - prefix_hit)), 1)
-    uniq, inv = np.unique(pre_tokens, return_inverse=True)
-    service = iteration(model, php, play, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
+    service = prompt_alone_s(model, php, play, dtypes, pre_tokens)
     prefill_done = fcfs_servers(arrival_s, service, n_prompt, engine.simulator)
     ready = prefill_done + np.asarray(transfer_s(pre_tokens, service), dtype=float)
     ttft = prefill_done - arrival_s
@@ -654,13 +653,11 @@ def simulate_remote_prefill(model: ModelSpec, local_prefill: tuple[HardwareProfi
     arrival_s, input_len, output_len, kv_bytes = arrival_s[order], input_len[order], output_len[order], kv_bytes[order]
     (lhw, llay, n_local), (rhw, rlay, n_remote), (dhw, dlay, n_dec) = local_prefill, remote_prefill, decode
 
-    def service(hw, lay, hit, lengths):
-        tokens = np.maximum(np.round(lengths * (1 - hit)), 1)
-        uniq, inv = np.unique(tokens, return_inverse=True)
-        return iteration(model, hw, lay, dtypes, 0.0, 16.0, uniq, uniq).time_s[inv]
+    def service(hw, lay, hit, fixed_s):
+        return prompt_alone_s(model, hw, lay, dtypes, np.maximum(np.round(input_len * (1 - hit)), 1)) + fixed_s
 
-    s_local = service(lhw, llay, local_hit, input_len) + prefill_fixed_s[0]
-    s_remote = service(rhw, rlay, remote_hit, input_len) + prefill_fixed_s[1]
+    s_local = service(lhw, llay, local_hit, prefill_fixed_s[0])
+    s_remote = service(rhw, rlay, remote_hit, prefill_fixed_s[1])
     sigma = np.sqrt(np.log1p(bandwidth_cv**2))
     factor = rng.lognormal(-sigma**2 / 2, sigma, len(arrival_s)) if bandwidth_cv > 0 else np.ones(len(arrival_s))
     transfer = kv_bytes / (link_bytes_per_s * factor)
