@@ -170,9 +170,15 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     field = ".".join(loc) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(loc[-1], sorted(_fields_at(model, loc[:-1]) or _field_names(model)), n=1,
-                                          cutoff=0.6)
+        key = loc[-1]
+        here = _fields_at(model, tuple(str(p) for p in e["loc"][:-1])) or _fields_at(model, loc[:-1])
+        close = [c for c in difflib.get_close_matches(key, sorted(here or _field_names(model)), n=2, cutoff=0.6)
+                 if c != key][:1]
         msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
+        elsewhere = [p for p in _paths_of(model, key) if p != field][:3]    # a real key, in another section
+        if not close and elsewhere:
+            msg += (f" in this section (its keys: {', '.join(sorted(here))})" if here else " here") + \
+                f"; {key!r} belongs in {' or '.join(elsewhere)}"
     elif e["type"] == "missing":
         msg = "required field is missing"
     elif e["type"] == "union_tag_not_found":   # pydantic: "Unable to extract tag using discriminator 'x'"
@@ -204,10 +210,30 @@ def _fields_at(model: type[BaseModel], path: tuple[str, ...]) -> set[str]:
         if part.isdigit():
             continue                     # a list item: the list's own item type is already held
         nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
+        if not nxt:                      # a union's tag (pydantic's location names the member by its type)
+            nxt = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
         if not nxt:
             return set()
         models = nxt
     return {name for m in models for name in m.model_fields}
+
+
+def _paths_of(model: type[BaseModel], key: str, depth: int = 3) -> list[str]:
+    """Dotted paths (shortest first) at which ``key`` is a field of ``model``'s sections, down to
+    ``depth`` levels: where a key given in the wrong section belongs."""
+    found: list[str] = []
+
+    def walk(m: type[BaseModel], prefix: tuple[str, ...], seen: frozenset) -> None:
+        if m in seen or len(prefix) >= depth:
+            return
+        for name, f in m.model_fields.items():
+            if name == key:
+                found.append(".".join((*prefix, name)))
+            for t in _types_in(f.annotation):
+                walk(t, (*prefix, name), seen | {m})
+
+    walk(model, (), frozenset())
+    return sorted(dict.fromkeys(found), key=lambda p: (p.count("."), p))
 
 
 def _field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[str]:

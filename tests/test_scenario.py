@@ -56,6 +56,10 @@ GOOD = (ROOT / "scenarios/chat-h100.yaml").read_text()
     (lambda s: s.replace("hardware: [h100-sxm]", "hardware: [h100]"), r"search\.hardware: .*did you mean 'h100-sxm'"),
     (lambda s: s.replace("model: llama-3.1-70b", "model: llama-3-70b"), r"x\.yaml:\d+ model: .*did you mean"),
     (lambda s: s.replace("slo:", "slo: [oops"), r"x\.yaml:\d+: YAML syntax error"),
+    # a real key in the wrong section: where it belongs, never "did you mean" the key itself
+    (lambda s: s + "design: {type: colocated, hardware: h100-sxm}\n",
+     r"x\.yaml:\d+ design\.hardware: unknown key in this section \(its keys: type\); 'hardware' belongs in "
+     r"search\.hardware"),
 ])
 def test_bad_scenarios_exit_2_with_location(tmp_path, mutate, match):
     f = tmp_path / "x.yaml"
