@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,24 @@ def test_does_not_fit_exits_1_with_advice():
                             "--input-len", "100", "--output-len", "10"])
     assert r.exit_code == 1
     assert "does not fit" in r.stderr and "would fit" in r.stderr
+
+
+def test_does_not_fit_at_any_nearby_layout_names_the_batch_one_holds():
+    """64 sequences of 100,100 tokens of Llama-3.1-70B need ~2 TB of KV (327,680 B/token): no nearby
+    layout of 22.4 GiB L4s holds them, so the advice is the layout holding the most, with its batch."""
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-70b", "-H", "l4", "-i", "100000", "-o", "100", "-b", "64"])
+    assert r.exit_code == 1
+    m = re.search(r"would fit: (--tp \d+.*) --batch (\d+) \(no nearby layout holds 64", r.stderr)
+    assert m, r.stderr
+    b = int(m.group(2))
+    assert 1 <= b < 64
+    flags = m.group(1).split()
+    ok = runner.invoke(app, ["whatif", "-m", "llama-3.1-70b", "-H", "l4", "-i", "100000", "-o", "100", "-b", str(b),
+                             *flags])
+    assert ok.exit_code == 0, ok.stderr                       # the advice holds
+    more = runner.invoke(app, ["whatif", "-m", "llama-3.1-70b", "-H", "l4", "-i", "100000", "-o", "100", "-b",
+                               str(b + 1), *flags])
+    assert more.exit_code == 1                                # and is the most that layout holds
 
 
 @pytest.mark.parametrize("args,match", [

@@ -321,7 +321,7 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
         for pp in (pp0, 2 * pp0, 4 * pp0):
             for w in (dtypes.weight, DType.fp8):
                 options.append((tp, ep0, pp, w))
-    seen, tips = set(), []
+    seen, tips, smaller = set(), [], (0, "")     # smaller: the most sequences a nearby layout holds
     for tp, ep, pp, w in options:
         if (tp, ep, pp, w) in seen or (tp, ep, pp, w) == (tp0, ep0, pp0, dtypes.weight):
             continue
@@ -332,14 +332,21 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
         dt = DTypes(weight=w, kv=dtypes.kv)
         rank_hw, ranks = on_dies(hw, cand)
         ops = layer_ops(m, ranks, Step.of(batch, 1.0, input_len), dt)
-        if bool(np.ravel(memory_use(m, rank_hw, ranks, ops, dt, batch, input_len + output_len, spec).fits)[0]):
-            tips.append(f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else "") + (f" --pp {pp}" if pp > 1 else "")
-                        + (f" --weight-dtype {w.value}" if w != dtypes.weight else ""))
+        use = memory_use(m, rank_hw, ranks, ops, dt, batch, input_len + output_len, spec)
+        flags = (f"--tp {tp}" + (f" --ep {ep}" if ep > 1 else "") + (f" --pp {pp}" if pp > 1 else "")
+                 + (f" --weight-dtype {w.value}" if w != dtypes.weight else ""))
+        if bool(np.ravel(use.fits)[0]):
+            tips.append(flags)
+        elif int(np.ravel(use.max_batch)[0]) > smaller[0]:
+            smaller = (int(np.ravel(use.max_batch)[0]), flags)
         if len(tips) >= 3:
             break
     mb = int(np.ravel(mem.max_batch)[0])
     if mb >= 1:
         tips.append(f"--batch {mb} (the largest batch that fits this layout)")
+    elif not tips and smaller[0] >= 1:      # no nearby layout holds the batch: the one holding the most
+        tips.append(f"{smaller[1]} --batch {smaller[0]} (no nearby layout holds {batch} sequences of "
+                    f"{input_len + output_len:,} tokens; this one holds the most)")
     return reason, tips
 
 
