@@ -141,3 +141,31 @@ def test_hccl_communicators_keep_their_buffers_out_of_the_kv_pool(name, tp, ep, 
 def test_gpus_model_no_communicator_buffers():
     e = estimate("llama-3.1-70b", "h100-sxm", tp=8, batch=8, input_len=2000, output_len=100)
     assert hardware("h100-sxm").memory.comm_buffer is None and e.memory.comm_buffer_bytes == 0
+
+
+def test_sglang_holds_hccl_buffers_in_its_reserve():
+    """SGLang sizes its KV pool before the first collective creates an HCCL communicator (and
+    DeepEP-Ascend its window), so the buffers sit in the (1 - mem_fraction_static) headroom: at the
+    default 400 MiB per communicator the pool does not shrink at all; where the buffers outgrow
+    the headroom (HCCL_BUFFSIZE 8 GiB: 2 x 8 GiB per communicator, two groups = 32 GiB against
+    0.15 x 61.27 GiB = 9.19 GiB per die) it shrinks by exactly the excess on each die."""
+    from planner.catalog.frameworks import framework
+
+    m, lay, dt = model("qwen3-235b-a22b"), Layout.of(1, 8, 2), DTypes(weight=DType.int8)   # EP and PP groups
+    hw = framework("sglang-ascend").apply(hardware("ascend-910c"))
+    assert hw.memory_policy.comm_buffers.value == "reserve"
+
+    def with_buffer(b):
+        return hw.model_copy(update={"memory": hw.memory.model_copy(update={"comm_buffer": b})})
+
+    none = float(free_kv_bytes_device(m, with_buffer(None), lay, dt))
+    assert float(free_kv_bytes_device(m, hw, lay, dt)) == pytest.approx(none)
+    big = hw.memory.comm_buffer.model_copy(update={"value": 16 * 2**30})
+    reserve_die = 0.15 * hw.memory.capacity.value / 2
+    excess = 2 * 16 * 2**30 - reserve_die
+    assert float(free_kv_bytes_device(m, with_buffer(big), lay, dt)) == pytest.approx(none - 2 * excess)
+    # vLLM-Ascend profiles a forward pass first: its pool loses the buffers whole
+    v = framework("vllm-ascend").apply(hardware("ascend-910c"))
+    bare = v.model_copy(update={"memory": v.memory.model_copy(update={"comm_buffer": None})})
+    lost = float(free_kv_bytes_device(m, bare, lay, dt) - free_kv_bytes_device(m, v, lay, dt))
+    assert lost == pytest.approx(2 * 2 * 400 * 2**20)

@@ -260,6 +260,20 @@ class RecurrentKernel(Frozen):
     latency: Seconds
 
 
+class BufferTiming(Frozen):
+    """Where an engine's collective communicators' buffers (``Memory.comm_buffer``) come from.
+    ``kv_pool``: they exist when the engine measures the memory its KV pool may take, so they shrink
+    the pool (vLLM and vLLM-Ascend profile a forward pass first; the default where an entry says
+    nothing); ``reserve``: they are created at the first collective, after the pool is sized
+    (SGLang on Ascend: torch_npu creates HCCL communicators on demand, DeepEP-Ascend its window at
+    the first dispatch), so they sit in the memory the policy keeps back and shrink the pool only
+    by what that reserve cannot hold."""
+
+    value: Literal["kv_pool", "reserve"]
+    source: str
+    note: str | None = None
+
+
 class MemoryPolicy(Frozen):
     """How the serving engine sizes its KV-cache pool (an engine property, set by a framework).
 
@@ -270,6 +284,7 @@ class MemoryPolicy(Frozen):
 
     kind: Literal["total_fraction", "free_fraction"]
     fraction: Fraction
+    comm_buffers: BufferTiming | None = None
 
 
 def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:

@@ -161,6 +161,7 @@ class MemoryEstimate(Frozen):
     used_bytes: float
     max_batch: int
     comm_buffer_bytes: float = 0.0     # collective communicators' buffers (Ascend HCCL)
+    comm_buffers_in_reserve: bool = False   # created after the KV pool is sized: held in the engine's reserve
 
 
 class Estimate(Banded):
@@ -271,7 +272,8 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
         memory=MemoryEstimate(
             capacity_bytes=f(mem.capacity), reserved_bytes=f(mem.reserved), weights_bytes=f(mem.weights),
             kv_cache_bytes=f(mem.kv_cache), workspace_bytes=f(mem.workspace), used_bytes=f(mem.used),
-            max_batch=int(f(mem.max_batch)), comm_buffer_bytes=f(mem.comm_buffers)),
+            max_batch=int(f(mem.max_batch)), comm_buffer_bytes=f(mem.comm_buffers),
+            comm_buffers_in_reserve=getattr(hw.memory_policy.comm_buffers, "value", None) == "reserve"),
         prefill=prefill, decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
         infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,

@@ -132,6 +132,18 @@ def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
     return (1 - f) * cap + 0 * np.asarray(weights, dtype=float)
 
 
+def reserve_beside_buffers(hw: HardwareProfile, weights, workspace, comm) -> np.ndarray:
+    """The engine's reserve (``reserved_bytes``) beside the communicator buffers ``comm``: all of
+    it where the buffers exist before the engine sizes its KV pool (``MemoryPolicy.comm_buffers``
+    kv_pool: they are then part of the memory the policy sizes around), else the part of it the
+    buffers leave free (reserve: created later, they live in it; the pool gives up only what the
+    reserve cannot hold)."""
+    timing = hw.memory_policy.comm_buffers
+    if timing is not None and timing.value == "reserve":
+        return np.maximum(reserved_bytes(hw, weights, workspace) - comm, 0.0)
+    return reserved_bytes(hw, weights, np.asarray(workspace) + comm)
+
+
 def draft_weight_bytes_device(model: ModelSpec, layout: Layout, dtypes: DTypes, spec: Speculation | None) -> float:
     """Weights a speculative-decoding draft adds on one device (0 without drafts): the target's
     MTP module (its block and ``eh_proj``; embedding and LM head are the target's) or an EAGLE-3
@@ -156,8 +168,8 @@ def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, 
     hw, layout = on_dies(hw, layout)                       # one rank's, times the package's ranks
     weights = (weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
                + draft_weight_bytes_device(model, layout, dtypes, spec))
-    work = workspace_bytes(model, layout, dtypes) + comm_buffer_bytes(hw, layout)
-    return dies * (hw.memory.capacity.value - weights - work - reserved_bytes(hw, weights, work))
+    work, comm = workspace_bytes(model, layout, dtypes), comm_buffer_bytes(hw, layout)
+    return dies * (hw.memory.capacity.value - weights - work - comm - reserve_beside_buffers(hw, weights, work, comm))
 
 
 def _stored_ops(model: ModelSpec, layout: Layout) -> list[Op]:
@@ -230,7 +242,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
                + 0 * cap)
     return MemoryUse(
         capacity=cap,
-        reserved=reserved_bytes(hw, weights, workspace + comm) + 0 * cap,
+        reserved=reserve_beside_buffers(hw, weights, workspace, comm) + 0 * cap,
         weights=weights,
         workspace=workspace,
         kv_cache=batch / dp * per_seq_dev,

@@ -48,9 +48,11 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("memory / device", f"{si(mem.used_bytes, 'B')} of {si(mem.capacity_bytes, 'B')}: weights "
                             f"{si(mem.weights_bytes, 'B')}, KV {si(mem.kv_cache_bytes, 'B')}, workspace "
                             f"{si(mem.workspace_bytes, 'B')}, "
-                            + (f"communicator buffers {si(mem.comm_buffer_bytes, 'B')}, " if mem.comm_buffer_bytes
-                               else "")
-                            + f"reserve {si(mem.reserved_bytes, 'B')}"),
+                            + (f"communicator buffers {si(mem.comm_buffer_bytes, 'B')}"
+                               + (" (made after the KV pool is sized: held in the engine's reserve)"
+                                  if mem.comm_buffers_in_reserve else "") + ", " if mem.comm_buffer_bytes else "")
+                            + f"reserve {si(mem.reserved_bytes, 'B')}"
+                            + (" beside them" if mem.comm_buffer_bytes and mem.comm_buffers_in_reserve else "")),
         ("max batch that fits", f"{mem.max_batch:,}"),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
