@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.errors import InputError
+from planner.yamlio import read_text
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,7 @@ def _one(obj, path: Path) -> Run:
 def read_runs(path: str | Path) -> list[Run]:
     """Every run in one result file (JSON, or JSON Lines for SGLang)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    text = read_text(path, "result file")
     try:
         return [_one(json.loads(text), path)]
     except json.JSONDecodeError:

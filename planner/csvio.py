@@ -8,15 +8,13 @@ import math
 from pathlib import Path
 
 from planner.errors import InputError
+from planner.yamlio import read_text
 
 
 def read_rows(path: Path, what: str) -> tuple[int, list[str], list[tuple[int, list[str]]]]:
     """(header line number, header cells, [(line number, cells)]) of a CSV; blank lines and lines
     starting with ``#`` are skipped."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the {what} ({e.strerror})") from None
+    text = read_text(path, f"the {what}")
     rows = [(n, [c.strip() for c in next(csv.reader([line]))])
             for n, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
     if not rows:

@@ -81,6 +81,28 @@ def test_binary_garbage_scenario(tmp_path):
     _bad(_plan(p), str(p))
 
 
+@pytest.mark.parametrize("reader", ["result file", "demand file", "session trace", "measured step-time table"])
+def test_non_utf8_side_files_are_located_errors(tmp_path, reader):
+    """Every user file beside a scenario (benchmark results for calibrate, demand and load CSVs,
+    session traces, measured step tables) is read as UTF-8 text with the scenario's checks: a
+    Latin-1 byte is a file:line error, not a UnicodeDecodeError traceback."""
+    from planner.benchfiles import read_runs
+    from planner.errors import InputError
+    from planner.perf.measured import load_table
+    from planner.serving.demand import load_demand_csv
+    from planner.serving.session_trace import load_session_trace
+
+    f = tmp_path / "x.csv"
+    f.write_bytes(b"a,b\n1,caf\xe9\n")
+    call = {"result file": read_runs, "demand file": load_demand_csv, "session trace": load_session_trace,
+            "measured step-time table": load_table}[reader]
+    with pytest.raises(InputError, match=rf"x\.csv:2: (the )?{reader} is not UTF-8 text"):
+        call(str(f))
+    if reader == "result file":
+        r = runner.invoke(app, ["calibrate", str(f), "-H", "h100-sxm", "-m", "llama-3.1-8b", "--framework", "vllm"])
+        assert r.exit_code == 2 and "not UTF-8 text" in r.stderr
+
+
 def test_alias_bomb_rejected_quickly(tmp_path):
     lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]

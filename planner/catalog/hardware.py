@@ -128,7 +128,9 @@ def microbenchmarks_dir() -> Path:
 def sweep_columns(path: Path) -> np.ndarray:
     """The numeric columns of a microbenchmark sweep CSV (``#`` comment lines and the header
     skipped), one row per column."""
-    rows = [line for line in path.read_text().splitlines() if line[:1].isdigit()]
+    from planner.yamlio import read_text
+
+    rows = [line for line in read_text(path, "sweep").splitlines() if line[:1].isdigit()]
     return np.loadtxt(rows, delimiter=",", ndmin=2).T if rows else np.zeros((0, 0))
 
 

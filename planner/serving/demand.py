@@ -40,6 +40,7 @@ from pydantic import Field, model_validator
 
 from planner.errors import InputError
 from planner.frozen import Frozen
+from planner.yamlio import read_text
 
 HOURS_PER_MONTH = 730.5          # 365.25 x 24 / 12
 _TIME = ("timestamp", "TIMESTAMP", "time")
@@ -132,10 +133,7 @@ def _seconds(text: str) -> float:
 def load_demand_csv(path_text: str) -> DemandSeries:
     """Read a demand CSV; every problem raises ``InputError`` as ``file:line column: problem``."""
     path = Path(path_text)
-    try:
-        rows = list(csv.reader(path.read_text().splitlines()))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read demand file: {e.strerror or e}") from None
+    rows = list(csv.reader(read_text(path, "demand file").splitlines()))
     rows = [r for r in rows if any(c.strip() for c in r)]
     if not rows:
         raise InputError(f"{path}:1: demand file is empty (expected a header and at least one row)")

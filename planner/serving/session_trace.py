@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError
+from planner.yamlio import read_text
 
 COLUMNS = ("session_id", "timestamp", "input_tokens", "output_tokens")
 
@@ -41,10 +42,7 @@ def load_session_trace(path_text: str, system_prompt: int = 0, output_kept: floa
     from planner.serving.sessions import SessionStream
 
     path = Path(path_text)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read session trace: {e.strerror or e}") from None
+    lines = read_text(path, "session trace").splitlines()
     if not lines:
         raise InputError(f"{path}:1:1: empty session trace; expected a header {','.join(COLUMNS)}")
     header, hcols = _fields(lines[0])
