@@ -126,10 +126,29 @@ def calibrate_files(files: list[str], hw_name: str, model: str, name: str, deplo
     return fw.model_copy(update={"description": desc}), report
 
 
+HEADER = "# Framework entry fitted by `planner calibrate`"
+
+
+def check_entry_target(path: Path, inputs: list[str]) -> Path:
+    """``path`` if the fitted entry may be written there (``outputs.check_output``: its folder
+    writable, not a folder, not one of the result files), and it is new or an entry an earlier
+    ``planner calibrate`` wrote (a refit replaces it); any other existing file is the user's and
+    is never overwritten."""
+    from planner.errors import InputError
+    from planner.outputs import check_output
+    from planner.yamlio import read_text
+
+    check_output(path, "--output", inputs)
+    if path.exists() and not read_text(path, "file").startswith(HEADER):
+        raise InputError(f"--output {path}: exists and was not written by planner calibrate; it is left as it is: "
+                         f"give another --output (or --framework name) or move it away")
+    return path
+
+
 def dump_entry(name: str, fw: Framework, report: dict, path: str | None = None) -> str:
     """A one-entry frameworks file with the fit's report as its header."""
     path = path or f"{name}.yaml"
-    head = ["# Framework entry fitted by `planner calibrate` (planner/calibrate_files.py); use it by path:",
+    head = [f"{HEADER} (planner/calibrate_files.py); use it by path:",
             f"#   --framework {path}, or engine.framework: {path} in a scenario",
             f"# runs: {report['runs']} from {', '.join(Path(f).name for f in report['files'])} "
             f"({', '.join(report['tools'])})",

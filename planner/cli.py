@@ -632,13 +632,15 @@ def calibrate(
     """Fit a framework entry (step overhead, GEMM and memory scales) to your own benchmark runs."""
     from pathlib import Path
 
-    from planner.calibrate_files import calibrate_files, dump_entry
+    from planner.calibrate_files import calibrate_files, check_entry_target, dump_entry
+    from planner.outputs import atomic_path
     from planner.report import out, print_json
 
     deploy = dict(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None)
+    path = check_entry_target(Path(output or f"{name}.yaml"), [*results, hardware, model])   # before the fit
     fw, report = calibrate_files(results, hardware, model, name, deploy, host_only)
-    path = Path(output or f"{name}.yaml")
-    path.write_text(dump_entry(name, fw, report, str(path)))
+    with atomic_path(path) as tmp:
+        tmp.write_text(dump_entry(name, fw, report, str(path)))
     report["written"] = str(path)
     if json_out:
         print_json(report)

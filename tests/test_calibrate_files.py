@@ -153,3 +153,31 @@ def test_a_published_result_file_fits_and_reports_its_error(tmp_path):
     assert rep["points"] == 4 and 0 <= rep["median_abs_rel_error"] < 0.5
     assert set(rep["per_metric_median_abs_rel_error"]) == {"ttft_s", "tpot_s", "output_tokens_per_s"}
     assert framework(str(out)).description.startswith("lambda-vllm")
+
+
+def test_calibrate_never_overwrites_inputs_or_user_files(tmp_path):
+    """The entry is written only where nothing of the user's is: not onto a result file it reads
+    (that destroyed the run), not onto an existing file another tool or the user wrote; an entry an
+    earlier calibrate wrote is replaced by the refit. Checked before the fit runs."""
+    import shutil
+    from pathlib import Path
+
+    src = sorted((Path(__file__).parent / "data" / "benchfiles").glob("lambda-*.json"))
+    files = [tmp_path / p.name for p in src]
+    for a, b in zip(src, files, strict=True):
+        shutil.copy(a, b)
+    before = [f.read_bytes() for f in files]
+    args = ["calibrate", *map(str, files), "-H", "h100-sxm", "-m", "llama-3.1-8b", "--framework", "lv",
+            "--weight-dtype", "fp8", "-o"]
+    r = CliRunner().invoke(app, [*args, str(files[0])])
+    assert r.exit_code == 2 and "is one of the input files" in r.stderr
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my notes\n")
+    r = CliRunner().invoke(app, [*args, str(mine)])
+    assert r.exit_code == 2 and "was not written by planner calibrate" in r.stderr
+    assert mine.read_text() == "my notes\n" and [f.read_bytes() for f in files] == before
+    entry = tmp_path / "lv.yaml"
+    for _ in range(2):                                          # a refit replaces its own entry
+        r = CliRunner().invoke(app, [*args, str(entry)])
+        assert r.exit_code == 0, r.output
+    assert framework(str(entry)).description.startswith("lv")
