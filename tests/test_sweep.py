@@ -179,3 +179,19 @@ def test_batches_cover_every_variant_once(sweep_file):
         b = batches(v, slots)
         assert {len(x) for x in b[:-1]} == {size}
         assert [x[0] for batch in b for x in batch] == [u.id for u in v]
+
+
+def test_a_foreign_out_file_is_refused_untouched(tmp_path):
+    """--out onto a file that is not a sweep's (no id column) is refused before anything is
+    written, and the file keeps every byte, its unterminated last line too (the resume logic
+    used to trim a sweep's half-written line from it first)."""
+    from planner.sweep.sink import open_sink
+
+    mine = tmp_path / "mine.csv"
+    mine.write_bytes(b"my,data\n1,2\n3,4")
+    with pytest.raises(InputError, match="not a sweep result file.*left as it is"):
+        open_sink(mine, ["rate"])
+    assert mine.read_bytes() == b"my,data\n1,2\n3,4"
+    ours = tmp_path / "ours.csv"
+    ours.write_bytes(b"id,rate,status\na,1,ok\nb,2,o")           # a sweep's, cut mid-line by a crash
+    assert open_sink(ours, ["rate"]).done == {"a"} and ours.read_bytes() == b"id,rate,status\na,1,ok\n"

@@ -33,15 +33,20 @@ class CsvSink:
         self.file = None
 
     def _read_existing(self) -> None:
-        with open(self.path, "rb+") as f:            # drop a half-written last line (a crash mid-write)
-            data = f.read()
-            if not data.endswith(b"\n"):
+        from planner.yamlio import read_text
+
+        text = read_text(self.path, "sweep result file")      # (the file is read, not changed, until it is known)
+        header = next(csv.reader([text.splitlines()[0]]), []) if text.strip() else []
+        if "id" not in header:
+            raise InputError(f"{self.path}:1: not a sweep result file (no 'id' column); it is left as it is: "
+                             "choose another --out")
+        if not text.endswith("\n"):                 # a sweep's half-written last line (a crash mid-write)
+            with open(self.path, "rb+") as f:
+                data = f.read()
                 f.truncate(data.rfind(b"\n") + 1)
         with open(self.path, newline="") as f:
             reader = csv.DictReader(f)
             self.header = list(reader.fieldnames or [])
-            if "id" not in self.header:
-                raise InputError(f"{self.path}:1: not a sweep result file (no 'id' column); choose another --out")
             self.done = {row["id"] for row in reader if row.get("id")}
 
     def write(self, row: dict[str, Any]) -> None:
