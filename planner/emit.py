@@ -64,7 +64,44 @@ def check_emit(engine: str, directory: str | Path) -> Path:
     parent = d if d.exists() else d.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise InputError(f"--emit {engine} {d}: folder {parent} does not exist or is not writable")
+    _refuse_foreign(engine, d, {name: None for name in FIXED_FILES.get(engine, ())})
     return d
+
+
+# the files an engine's launch set always has (k8s names its manifest after the plan)
+FIXED_FILES = {"vllm": ("vllm.sh",), "sglang": ("sglang.sh",), "trtllm": ("trtllm.sh",),
+               "mindie": ("mindie-config.json", "mindie.sh")}
+
+
+def _ours(path: Path, new_text: str | None) -> bool:
+    """Whether existing ``path`` is a file ``emit`` wrote (its header names the plan; a JSON config,
+    which has no comments, holds the keys the new one holds), so a rerun may replace it."""
+    try:
+        head = path.read_bytes()[:4096].decode("utf-8", "replace")
+    except OSError:
+        return False
+    if "planner plan " in head:
+        return True
+    if path.suffix == ".json":
+        import json
+
+        try:
+            old = json.loads(path.read_text())
+        except (ValueError, OSError):
+            return False
+        return new_text is None or (isinstance(old, dict) and set(old) == set(json.loads(new_text)))
+    return False
+
+
+def _refuse_foreign(engine: str, d: Path, files: dict[str, str | None]) -> None:
+    """An ``InputError`` if any of ``files`` exists in ``d`` and was not written by ``emit``: the
+    user's own scripts and configs are never overwritten (nothing is written then)."""
+    foreign = [n for n, text in files.items() if (d / n).exists() and not _ours(d / n, text)]
+    if foreign:
+        one = len(foreign) == 1
+        raise InputError(f"--emit {engine} {d}: {', '.join(foreign)} {'exists' if one else 'exist'} and "
+                         f"{'was' if one else 'were'} not written by planner, so nothing was written: choose another "
+                         f"folder or move {'it' if one else 'them'} away")
 
 
 def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path]:
@@ -81,6 +118,7 @@ def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path
              "mindie": lambda: _mindie(plan),
              "k8s": lambda: {f"{plan['name']}.yaml": _k8s(plan)}}[engine]()
     d = Path(directory)
+    _refuse_foreign(engine, d, files)
     d.mkdir(exist_ok=True)
     written = []
     for name, text in files.items():

@@ -299,3 +299,16 @@ def test_mindie_emits_expert_parallel_plans_and_refuses_mixed_iterations(tmp_pat
     # a plan on GPUs is not a MindIE deployment
     r = runner.invoke(app, ["plan", str(_write(tmp_path, "gpu.yaml", MOE)), "--emit", "mindie", str(tmp_path / "y")])
     assert r.exit_code != 0 and "Ascend" in r.output + (r.stderr or "") and not (tmp_path / "y").exists()
+
+
+def test_emit_never_overwrites_a_users_own_files(tmp_path):
+    """A rerun replaces the launch files it wrote; a script of the user's own with the same name
+    stops the emit before the run, that file kept and nothing written."""
+    scenario = ROOT / "scenarios" / "chat-h100.yaml"
+    _plan(tmp_path, scenario, "vllm")
+    _plan(tmp_path, scenario, "vllm")                     # its own vllm.sh: replaced
+    mine = tmp_path / "vllm" / "vllm.sh"
+    mine.write_text("#!/bin/sh\necho my own launcher\n")
+    r = runner.invoke(app, ["plan", str(scenario), "--emit", "vllm", str(tmp_path / "vllm")])
+    assert r.exit_code == 2 and "vllm.sh exists and was not written by planner" in r.stderr
+    assert mine.read_text() == "#!/bin/sh\necho my own launcher\n"
