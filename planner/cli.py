@@ -534,8 +534,10 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
     if not isinstance(scn.workload, SessionWorkload) or scn.design.type != "colocated":
         raise InputError(f"{scenario}: 'planner sessions' needs a colocated scenario with workload.sessions")
     if plot:
+        from planner.report.outputs import check_plan_outputs
         from planner.report.plots import _pyplot
 
+        check_plan_outputs(scenario, scn, None, plot)   # before the work: folder, suffix, not an input
         _pyplot()
     result = run_scenario(scn)
     curve = capacity_curve(get_model(scn.model), result.best, scn.workload, scn.kv_cache or KVCacheSpec())

@@ -538,3 +538,13 @@ def test_a_plan_within_five_percent_of_its_slo_limit_says_so():
     r = runner.invoke(app, ["plan", str(scn), "--json"])
     notes = json.loads(r.stdout)["notes"]
     assert r.exit_code == 0 and any("keep 5% in hand" in n for n in notes)
+
+
+@pytest.mark.parametrize("target,match", [("{scn}", "unknown file type '.yaml'"),
+                                          ("{tmp}/no/such/x.png", "does not exist")])
+def test_sessions_plot_target_checked_before_the_run(tmp_path, target, match):
+    """``sessions --plot`` is held to plan's rules before any work: an image suffix, an existing
+    folder, never one of the scenario's inputs (the scenario itself was a valid target)."""
+    scn = ROOT / "scenarios" / "coding-agent-h200-hbm.yaml"
+    r = runner.invoke(app, ["sessions", str(scn), "--plot", target.format(scn=scn, tmp=tmp_path)])
+    assert r.exit_code == 2 and match in r.stderr, r.output

@@ -59,5 +59,10 @@ def plot_curve(result, curve, path: str) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from planner.outputs import atomic_path
+
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120)
+    finally:
+        plt.close(fig)
