@@ -116,8 +116,21 @@ def test_inconsistent_heads(tmp_path):
     p.write_text(json.dumps(dict(model_type="llama", hidden_size=4096, num_attention_heads=32,
                                  num_key_value_heads=5, num_hidden_layers=2, vocab_size=100,
                                  intermediate_size=1000)))
-    with pytest.raises(InputError, match="num_key_value_heads|num_kv_heads"):
+    with pytest.raises(InputError, match=r"inconsistent config: num_heads 32 is not a multiple of num_kv_heads 5$"):
         planner.model_from_hf_config(p)
+
+
+def test_heads_that_do_not_split_the_width_need_a_head_dim(tmp_path):
+    """4,096 over 30 heads is no whole head: without head_dim the width of a head is unknown (it
+    was silently floored to 136); with it the config is read as given."""
+    cfg = dict(model_type="llama", hidden_size=4096, num_attention_heads=30, num_hidden_layers=2, vocab_size=100,
+               intermediate_size=1000)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="hidden_size 4096 is not a multiple of num_attention_heads 30"):
+        planner.model_from_hf_config(p)
+    p.write_text(json.dumps(cfg | {"head_dim": 128}))
+    assert planner.model_from_hf_config(p).head_dim == 128
 
 
 def test_unknown_model_suggests():

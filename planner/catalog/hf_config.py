@@ -76,6 +76,9 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
                          f"supported: {', '.join(SUPPORTED)}")
     hidden = c.int("hidden_size", "n_embed")
     heads = c.int("num_attention_heads", "n_head")
+    if heads and hidden % heads and c.get("head_dim") is None and model_type not in _DEEPSEEK_LIKE | {"kimi_linear"}:
+        raise InputError(f"{origin}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}, and no "
+                         "head_dim says how wide a head is (transformers refuses such a config too)")
     spec: dict[str, Any] = dict(
         name=name, source=source, family=model_type,
         num_layers=c.int("num_hidden_layers", "n_layer"), hidden_size=hidden,
@@ -162,7 +165,8 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"{origin}: inconsistent config ({field}): {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise InputError(f"{origin}: inconsistent config" + (f" ({field})" if field else "") + f": {msg}") from None
 
 
 _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
