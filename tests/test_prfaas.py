@@ -121,3 +121,26 @@ def test_threshold_no_request_reaches(tmp_path):
     assert r.systems[0].offload_fraction == 0
     assert any("nothing is offloaded" in n for n in r.notes)
     assert math.isfinite(r.systems[0].max_rate)
+
+
+def test_unreachable_decode_rate_names_the_fastest_and_it_holds(tmp_path):
+    """A per-request decode rate no H20 instance reaches even alone is an answer naming the rate it
+    does reach; that rate plans. The dense counterfactual, slower still, is then left out with a
+    note instead of failing the plan."""
+    import re
+
+    from planner.errors import InfeasibleError
+
+    base = SCN.read_text().replace("model: models/", f"model: {ROOT}/scenarios/models/").replace(
+        "  simulate_requests: 3000", "  simulate_requests: 0").replace(
+        "bandwidth_sweep_gbps: [1, 2, 5, 10, 20, 50, 100, 200, 400, 800]", "bandwidth_sweep_gbps: [100]")
+    f = tmp_path / "x.yaml"
+    f.write_text(base.replace("decode_tokens_per_s: 40", "decode_tokens_per_s: 100000"))
+    with pytest.raises(InfeasibleError, match=r"of kimi-k2-linear-1t cannot meet 100000 tokens/s per request even "
+                                              r"alone: it decodes at most \d+ tokens/s") as e:
+        run_scenario(load_scenario(f))
+    fastest = int(re.search(r"set design.decode_tokens_per_s to (\d+)", str(e.value)).group(1))
+    f.write_text(base.replace("decode_tokens_per_s: 40", f"decode_tokens_per_s: {fastest}"))
+    r = run_scenario(load_scenario(f))
+    assert math.isfinite(r.systems[0].max_rate) and r.systems[0].max_rate > 0
+    assert r.counterfactual is None and any("counterfactual_model llama-3.1-405b not evaluated" in n for n in r.notes)

@@ -169,8 +169,17 @@ def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: 
     c = serving_curve(model, hw, lay, dtypes, Engine(max_num_seqs=4096, max_batched_tokens=1 << 20), dstats)
     ok = np.isfinite(c.tpot["mean"][0]) & (c.tpot["mean"][0] <= tpot_bound)
     if not ok.any():
-        raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance cannot meet {1 / tpot_bound:.0f} "
-                              "tokens/s per request even alone, or cannot hold one request's KV cache")
+        tpot = c.tpot["mean"][0]
+        if not np.isfinite(tpot).any():
+            raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance of {model.name} cannot hold one "
+                                  "request's KV cache "
+                                  "beside the weights: give the local site a larger tp or a lower weight_dtype")
+        fastest = 1 / float(np.nanmin(np.where(np.isfinite(tpot), tpot, np.nan)))
+        raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance of {model.name} cannot meet "
+                              f"{1 / tpot_bound:.0f} "
+                              f"tokens/s per request even alone: it decodes at most {fastest:.0f} tokens/s per "
+                              f"request; set design.decode_tokens_per_s to {np.floor(fastest):.0f} or less, or "
+                              "decode on faster hardware")
     j = int(np.flatnonzero(ok)[-1])
     return float(c.n[0, j]), float(c.tpot["mean"][0, j])
 
@@ -213,10 +222,14 @@ def plan_prfaas(model: ModelSpec, spec: PrfaasSpec, workload: Workload, usd_per_
     counter = None
     if spec.counterfactual_model is not None:
         dense = get_model(spec.counterfactual_model)
-        counter = {"model": dense.name, "kv_bytes_per_token": kv_cache_bytes_per_token(dense, spec.kv_dtype),
-                   "bandwidth_sweep": [_sweep_point(dense, spec, workload, dtypes, usd_per_h, bw)
-                                       for bw in spec.bandwidth_sweep_gbps]}
-        counter["break_even_gbps"] = _break_even(counter["bandwidth_sweep"])
+        try:
+            counter = {"model": dense.name, "kv_bytes_per_token": kv_cache_bytes_per_token(dense, spec.kv_dtype),
+                       "bandwidth_sweep": [_sweep_point(dense, spec, workload, dtypes, usd_per_h, bw)
+                                           for bw in spec.bandwidth_sweep_gbps]}
+            counter["break_even_gbps"] = _break_even(counter["bandwidth_sweep"])
+        except InfeasibleError as e:        # the comparison model cannot run here: the plan stands without it
+            counter = None
+            notes.append(f"counterfactual_model {dense.name} not evaluated: {e}")
     sim = simulate_prfaas(model, spec, workload, dtypes, prfaas) if spec.simulate_requests else None
     return PrfaasResult(scenario=name, model=model.name, kv_bytes_per_token=kv_cache_bytes_per_token(
         model, spec.kv_dtype), state_bytes_per_request=_state_bytes(model, spec), systems=list(sys_),
