@@ -165,7 +165,7 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     below, text = split_located(e["msg"].removeprefix("Value error, "))
     if below:
         e = {**e, "msg": text, "loc": (*e["loc"], *below)}
-    loc = _file_path(tuple(str(p) for p in e["loc"]), lines)
+    loc = _file_path(_drop_tags(model, tuple(str(p) for p in e["loc"])), lines)
     line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
     field = ".".join(loc) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
@@ -188,6 +188,28 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
         msg = f"{msg}, got {e['input']!r}"      # (a validator's own message may already say it)
     where = f"{path}:{line}" if line else (f"{path} --set" if line == 0 else str(path))
     return InputError(f"{where} {field}: {msg}")
+
+
+def _drop_tags(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[str, ...]:
+    """``loc`` without the union tags pydantic puts in it (``design.polca.brake_mhz`` ->
+    ``design.brake_mhz``): a part that is no field of the section there but the ``type`` of one of
+    its members."""
+    models: list[type[BaseModel]] = [model]
+    out: tuple[str, ...] = ()
+    for part in loc:
+        if part.isdigit() or not models:
+            out = (*out, part)
+            continue
+        nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
+        if nxt or any(part in m.model_fields for m in models):
+            models, out = nxt, (*out, part)
+            continue
+        tagged = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
+        if tagged:
+            models = tagged                 # the tag: dropped, the section narrowed to its member
+        else:
+            models, out = [], (*out, part)
+    return out
 
 
 def _file_path(loc: tuple[str, ...], lines: Lines) -> tuple[str, ...]:

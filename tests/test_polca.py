@@ -40,3 +40,20 @@ def test_policy_behaviour_is_monotone_and_safe(row):
     assert all(lv.capped_peak_fraction <= 1.0 for lv in ok)
     assert any(lv.capping_events > 0 for lv in ok)        # the answer relies on capping, not headroom alone
     assert any(not lv.meets_criteria and lv.brake_events > 0 for lv in levels)   # too many servers trip the brake
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("server_power_w", 100, r"design\.host_idle_w: an idle host of 1500 W does not fit"),
+    ("t1", 0.95, r"design\.t1: thresholds must satisfy 0 < t1 < t2 <= 1"),
+    ("brake_mhz", 2000, r"design\.brake_mhz: a capped clock must lie in \(0, max_clock_mhz = 1410\]"),
+    ("t2_low_mhz", 200, r"design\.brake_mhz: the power brake \(288 MHz\) must clock at or below"),
+    ("oversubscription", [], r"design\.oversubscription: expected a non-empty list"),
+])
+def test_unphysical_server_or_policy_is_a_located_error(field, value, match):
+    """A host idling above its server's provisioned power, thresholds out of order, or a clock
+    above the chip's, used to run (or fail deep inside with a budget message): each is the
+    scenario's own mistake, named where it is."""
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match=match):
+        load_scenario(ROOT / "scenarios" / "polca-row-a100.yaml", [f"design.{field}={value}"])

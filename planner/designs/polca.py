@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import with_framework
@@ -111,6 +111,31 @@ class PolcaSpec(Frozen):
                                   "trace_peak_utilization (False: use its rates as given)")
     spike_window_s: float = Field(40, gt=0, description="window of the power-spike output (POLCA: 40 s, the "
                                   "out-of-band capping latency; 2 s for training)")
+
+    @model_validator(mode="after")
+    def _physical(self) -> PolcaSpec:
+        """Powers, thresholds and clocks that describe a server and a policy at all (each a located error)."""
+        from planner.checks import located
+
+        if self.host_idle_w >= self.server_power_w:
+            raise located("host_idle_w", f"an idle host of {self.host_idle_w:g} W does not fit a server provisioned "
+                          f"for {self.server_power_w:g} W (server_power_w); expected host_idle_w < server_power_w")
+        if not 0 < self.t1 < self.t2 <= 1:
+            raise located("t1", "thresholds must satisfy 0 < t1 < t2 <= 1 (fractions of the budget), got "
+                          f"t1 {self.t1:g}, t2 {self.t2:g}")
+        if not 0 <= self.hysteresis < self.t1:
+            raise located("hysteresis", f"expected 0 <= hysteresis < t1 ({self.t1:g}), got {self.hysteresis:g}")
+        for name in ("t1_low_mhz", "t2_low_mhz", "t2_high_mhz", "brake_mhz"):
+            if not 0 < getattr(self, name) <= self.max_clock_mhz:
+                raise located(name, f"a capped clock must lie in (0, max_clock_mhz = {self.max_clock_mhz:g}], got "
+                              f"{getattr(self, name):g}")
+        if self.brake_mhz > min(self.t1_low_mhz, self.t2_low_mhz):
+            raise located("brake_mhz", f"the power brake ({self.brake_mhz:g} MHz) must clock at or below the capping "
+                          f"levels (t1_low_mhz {self.t1_low_mhz:g}, t2_low_mhz {self.t2_low_mhz:g})")
+        if not self.oversubscription or any(not (0 <= x < 10) for x in self.oversubscription):
+            raise located("oversubscription", "expected a non-empty list of extra-server fractions in [0, 10), e.g. "
+                          f"[0, 0.1, 0.2], got {self.oversubscription}")
+        return self
 
     @field_validator("trace")
     @classmethod
