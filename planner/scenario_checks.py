@@ -14,6 +14,8 @@ from planner.errors import PlannerError
 def check_scenario(scn: Any) -> None:
     """Raise a located ``ValueError`` for the first cross-section problem of ``scn``."""
     _check_design_names(scn)
+    _check_design_machines(scn)
+    _check_something_to_evaluate(scn)
     _check_price_keys(scn)
     _check_fleet_available(scn)
     _check_context(scn)
@@ -86,6 +88,47 @@ def _check_design_names(scn: Any) -> None:
             lookup[key](value)
         except PlannerError as e:
             raise located(path, str(e)) from None
+
+
+def _check_something_to_evaluate(scn: Any) -> None:
+    """A Splitwise design with no pools to compare has no answer (it crashed on an empty table)."""
+    d = scn.design
+    if d.type == "splitwise" and not (d.baselines or d.designs or d.search):
+        raise located("design.designs", "nothing to evaluate: give at least one of designs (prompt and token "
+                      "pools), baselines (one colocated pool) or search")
+
+
+def _check_design_machines(scn: Any) -> None:
+    """Every fixed layout the design names (a pool, site, machine or reference: a mapping with a
+    hardware and an integer tp) must split the model, over a multi-die package's dies too, and
+    every power cap must leave the device more than its idle power: blamed at the field, before
+    any evaluation (they failed mid-run, unlocated)."""
+    from planner.catalog.hardware import hardware
+    from planner.catalog.model_catalog import model
+    from planner.perf.parallel import Layout, die_layout_problems
+
+    m = None
+    stack: list[tuple[str, Any]] = [("design", scn.design.model_dump())]
+    while stack:
+        path, x = stack.pop()
+        if isinstance(x, dict):
+            if isinstance(x.get("hardware"), str) and isinstance(x.get("power_cap"), float):
+                hw = hardware(x["hardware"])
+                cap_w, idle = x["power_cap"] * hw.power.tdp.value, hw.power.idle.value
+                if cap_w <= idle:
+                    raise located(f"{path}.power_cap", f"{x['power_cap']:g} x {hw.name}'s TDP is {cap_w:.0f} W, at "
+                                  f"or below its idle power ({idle:.0f} W): expected power_cap above "
+                                  f"{idle / hw.power.tdp.value:.2f}")
+            if isinstance(x.get("hardware"), str) and isinstance(x.get("tp"), int):
+                m = m or model(scn.model)
+                degrees = [x.get(k) if isinstance(x.get(k), int) else 1 for k in ("tp", "ep", "pp")]
+                why = str(die_layout_problems(m, hardware(x["hardware"]), Layout.of(*degrees))[()])
+                if why:
+                    raise located(f"{path}.tp", f"tp={degrees[0]} ep={degrees[1]} pp={degrees[2]} on "
+                                  f"{x['hardware']} for {m.name}: {why}")
+            stack += [(f"{path}.{k}", v) for k, v in x.items()]
+        elif isinstance(x, (list, tuple)):
+            stack += [(f"{path}.{i}", v) for i, v in enumerate(x)]
 
 
 def _used_hardware(scn: Any) -> dict[str, str]:

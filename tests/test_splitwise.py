@@ -268,3 +268,20 @@ def test_pareto_front_prices_hardware_at_the_rate_its_budget_used():
     assert r.pareto
     for point in r.pareto:
         assert point["usd_per_h"] == pytest.approx((point["prompt"] + point["token"]) * rent)
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["design.designs=[]", "design.baselines=[]"], r"design\.designs: nothing to evaluate"),
+    (["design.slowdown_slo.tp=3"], r"design\.slowdown_slo\.tp: tp=3 ep=1 pp=1 on a100-80g for bloom-176b: tp must "
+                                   r"divide the 112 attention heads"),
+    (["design.designs.0.prompt.power_cap=0.01"], r"design\.designs\.0\.prompt\.power_cap: 0\.01 x a100-80g's TDP is "
+                                                 r"4 W, at or below its idle power"),
+])
+def test_design_mistakes_are_located_before_the_run(sets, match):
+    """An empty comparison (a traceback on an empty table), a reference layout that does not split
+    the model and a cap below idle power (both unlocated mid-run errors) are blamed where written."""
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    with pytest.raises(InputError, match=match):
+        load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "splitwise-iso-power-conv.yaml", sets)

@@ -81,6 +81,7 @@ def slowdown_slo(model: ModelSpec, ref: SlowdownReference, stats: LengthStats, d
     """Absolute bounds from Splitwise's slowdown SLOs at the workload's P50/P90/P99 lengths."""
     hw = machine_hw(ref.hardware, fw)
     lay = Layout.of(ref.tp, 1, 1)
+    check_layout(model, lay, hw)
     prompts = np.array(stats.prefill_quantiles)
     t_pre = iteration(model, hw, lay, dtypes, 0.0, 16.0, prompts, prompts).time_s
     t_dec = iteration(model, hw, lay, dtypes, 1.0, prompts, 0.0, prompts).time_s
