@@ -294,7 +294,7 @@ def whatif(
     output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per sequence."),
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
     kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format (default bf16)."),  # noqa: UP007
-    mtp_tokens: int = typer.Option(0, "--mtp-tokens", min=0, help=(
+    mtp_tokens: int = typer.Option(0, "--mtp-tokens", min=0, max=64, help=(
         "Draft tokens per decode step (multi-token prediction; the draft module is one layer like the "
         "model's last plus the LM head, unless --draft names a draft model).")),
     mtp_acceptance: float = typer.Option(0.0, "--mtp-acceptance", min=0.0, max=0.99,

@@ -74,7 +74,7 @@ class SimulateSpec(Frozen):
     """Check the chosen deployment with the discrete-event simulator."""
 
     requests: int = Field(20_000, ge=100, le=2_000_000)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed of the simulated arrivals and lengths")
     max_extra_instances: int = Field(8, ge=0, description="instances the check may add to meet the SLOs")
 
 

@@ -55,7 +55,7 @@ class Point(Frozen):
     arrivals: Literal["poisson", "constant"] = Field("poisson", description="an open-loop run's send times: "
                                                      "poisson (bench_serving --request-rate, burstiness 1) or "
                                                      "constant, evenly spaced (guidellm --rate-type constant)")
-    mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens per decode step, as deployed by the source")
+    mtp_tokens: int = Field(0, ge=0, le=64, description="MTP draft tokens per decode step, as deployed by the source")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="acceptance rate the source reports for them")
     draft: str | None = Field(None, description="the EAGLE-3 draft model that proposed them (catalog.draft name), "
                               "where the run used one; None: the model's own MTP module")

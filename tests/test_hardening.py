@@ -548,3 +548,19 @@ def test_sessions_plot_target_checked_before_the_run(tmp_path, target, match):
     scn = ROOT / "scenarios" / "coding-agent-h200-hbm.yaml"
     r = runner.invoke(app, ["sessions", str(scn), "--plot", target.format(scn=scn, tmp=tmp_path)])
     assert r.exit_code == 2 and match in r.stderr, r.output
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["simulate.seed=-1"], r"simulate\.seed: Input should be greater than or equal to 0"),
+    (["engine.mtp_tokens=1000000000"], r"engine\.mtp_tokens: Input should be less than or equal to 64"),
+])
+def test_seed_and_draft_tokens_bounded(sets, match):
+    """A negative seed crashed numpy's generator (ValueError traceback); a billion draft tokens per
+    step ran for minutes: both are refused where written."""
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    with pytest.raises(InputError, match=match):
+        load_scenario(ROOT / "scenarios" / "chat-h100.yaml", sets)
+    with pytest.raises(InputError, match=r"draft_tokens in \[0, 64\]"):
+        planner.estimate("llama-3.1-8b", "h100-sxm", input_len=10, output_len=10, mtp_tokens=65, mtp_acceptance=0.5)

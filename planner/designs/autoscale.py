@@ -47,7 +47,7 @@ class AutoscaleSpec(Frozen):
     step_s: float = Field(60.0, gt=0, le=3600)
     hourly_target: float = Field(0.99, gt=0, le=1, description="share of an hour's requests within "
                                  "capacity for the hour to count as meeting the SLO")
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed of the within-hour demand draws")
 
     @field_validator("load_bandwidth", mode="before")
     @classmethod

@@ -99,7 +99,7 @@ class PolcaSpec(Frozen):
     oversubscription: list[float] = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5]
     max_hp_p50_impact: float = 0.01
     max_lp_throughput_loss: float = 0.02
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="random seed of the simulated load")
     racks: int = Field(1, ge=1, description="racks per row; the row's nameplate servers are split evenly")
     rack_budget: Budget | None = Field(None, description="a budget per rack (none: racks are not limited)")
     rows: int = Field(1, ge=1, description="identical rows in the cluster (own bursts per rack)")

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from planner.catalog.draft import DraftSpec
 
 REFERENCE_CONCENTRATION = 15.72
+# most draft tokens a decode step verifies: EAGLE-2/3 dynamic trees verify up to 60 (their papers'
+# total_token), chains far fewer; beyond this a step is no longer a decode step
+MAX_DRAFT_TOKENS = 64
 """Beta concentration of the per-request acceptance probability that reproduces aiperf's SPEED-Bench
 per-request acceptance rate, 63.8% +- 16.2 points at k = 5 (see above; a test re-derives it)."""
 
@@ -60,8 +63,8 @@ class Speculation:
     def __post_init__(self) -> None:
         k, p = self.draft_tokens, self.acceptance
         if (isinstance(k, bool) or not isinstance(k, Integral) or isinstance(p, bool) or not isinstance(p, Real)
-                or k < 0 or not 0.0 <= p < 1.0):
-            raise InputError(f"MTP needs draft_tokens >= 0 and acceptance in [0, 1), got "
+                or not 0 <= k <= MAX_DRAFT_TOKENS or not 0.0 <= p < 1.0):
+            raise InputError(f"MTP needs draft_tokens in [0, {MAX_DRAFT_TOKENS}] and acceptance in [0, 1), got "
                              f"{self.draft_tokens} and {self.acceptance}")
         sd = self.request_sd
         if sd is not None and (isinstance(sd, bool) or not isinstance(sd, Real) or not 0.0 <= sd < 0.5):

@@ -105,7 +105,7 @@ class Engine(Frozen):
         "auto", description="the discrete-event simulator's loop: python (the reference loop), numba (the same "
         "loop compiled; pip install \"planner[fast]\"), auto (numba when it imports, else python); they give the "
         "same numbers")
-    mtp_tokens: int = Field(0, ge=0, description="draft tokens per decode step (multi-token prediction / "
+    mtp_tokens: int = Field(0, ge=0, le=64, description="draft tokens per decode step (multi-token prediction / "
                             "speculative decoding; the draft module is one layer like the model's last + LM head, "
                             "unless draft names a draft model)")
     mtp_acceptance: float = Field(0.0, ge=0, lt=1, description="probability that a draft token is accepted, "
