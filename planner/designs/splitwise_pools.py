@@ -18,7 +18,8 @@ Analytic model, per design and offered rate lambda (vectorized over a rate grid)
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -215,9 +216,31 @@ def kv_link_bytes_per_s(spec: SplitwiseSpec, prompt_hw, token_hw, d: Candidate) 
     return link_bytes_per_s(prompt_hw, d.prompt.devices, token_hw, d.token.devices)
 
 
-def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
-                       engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float],
-                       kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
+@dataclass(frozen=True)
+class SplitPhysics:
+    """What a design's pools do per machine, whatever their counts: the prompt service times, the
+    KV transfer, the token machine's decode curve (``evaluate_pools`` at any counts reuses it)."""
+
+    php: HardwareProfile
+    thw: HardwareProfile
+    workload: Workload
+    cache: CacheReport | None
+    stats: LengthStats
+    s: np.ndarray               # prompt service time of each supported length
+    pre_w: float                # a prompt machine's draw while prefilling
+    xfer: np.ndarray            # exposed KV transfer per length
+    nbytes: np.ndarray          # KV bytes shipped per length
+    curve: Any                  # the token instance's decode-only serving curve
+    o_mean: float
+    o_scv: float
+    link_bytes_per_s: float
+
+
+def split_physics(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, engine: Engine,
+                 dtypes: DTypes, kv_cache: KVCacheSpec | None = None) -> SplitPhysics:
+    """``SplitPhysics`` of design ``d``: depends on its pools' counts only through a session
+    workload's prefix cache (held by the prompt machines), so a search over counts of another
+    workload computes it once."""
     php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
     thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
     workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
@@ -232,8 +255,6 @@ def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload
     _prompt_fits(model, php, d.prompt, dtypes, float(i.max()), d.name)
     support, s, pre_w = prompt_service(model, php, play, dtypes, workload, d.prompt.cp)
     xfer, nbytes = kv_transfer_s(model, spec, php, thw, d, support, s, dtypes.kv)
-    es, es2 = float(s.mean()), float((s**2).mean())
-    cs2 = es2 / es**2 - 1
     # token pool: decode-only curve per token instance
     dec_engine = engine.model_copy(update={"chunked_prefill": True})
     dstats = stats.model_copy(update={"mean_prefill": 1e-9, "second_prefill": 1e-18})
@@ -242,17 +263,34 @@ def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload
         need = kv_cache_bytes_per_token(model, dtypes.kv) * (stats.mean_decode_ctx) / 1e9
         raise InfeasibleError(f"{d.name}: a token machine ({thw.name} {d.token.label}) has no room for the KV cache of "
                               f"one request (~{need:.1f} GB) beside the weights; use more devices per token machine")
+    o_mean, o_scv = float(w @ o), float(w @ o**2) / float(w @ o) ** 2 - 1
+    return SplitPhysics(php, thw, workload, cache, stats, s, pre_w, xfer, nbytes, c, o_mean, o_scv,
+                       kv_link_bytes_per_s(spec, php, thw, d))
+
+
+def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
+                   engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float],
+                   kv_cache: KVCacheSpec | None = None, physics: SplitPhysics | None = None) -> PoolMetrics:
+    """Design ``d`` at its largest SLO-meeting rate; ``physics`` (``split_physics`` of a design
+    differing from ``d`` in its counts only, for a workload without sessions) skips recomputing
+    what the counts do not change."""
+    if physics is None or isinstance(workload, SessionWorkload):
+        physics = split_physics(model, d, spec, workload, engine, dtypes, kv_cache)
+    php, thw, stats, s, pre_w, xfer, c = physics.php, physics.thw, physics.stats, physics.s, physics.pre_w, \
+        physics.xfer, physics.curve
+    es, es2 = float(s.mean()), float((s**2).mean())
+    cs2 = es2 / es**2 - 1
+    scv = physics.workload.arrival.scv
     token_cap = float(np.nanmax(c.rate)) * d.token.count
     prompt_cap = d.prompt.count / es
     rates = _rate_grid(min(token_cap, prompt_cap))
-    wait, rho = multi_server_wait(rates, d.prompt.count, es, cs2, workload.arrival.scv)
+    wait, rho = multi_server_wait(rates, d.prompt.count, es, cs2, scv)
     per_tok = rates / d.token.count
     tpot = {p: at_rates(c, c.tpot[p], per_tok) for p in (*PERCENTILES, "mean")}
     # a token instance holds at most n_max sequences' KV: it is an n_max-server queue whose service
     # is a request's decode (O x TPOT); arrivals beyond it wait for KV space (Erlang C)
-    o_mean, o_scv = float(w @ o), float(w @ o**2) / float(w @ o) ** 2 - 1
     slots = np.floor(float(c.n_max[0]))
-    kv_wait, kv_rho = multi_server_wait(per_tok, slots, o_mean * tpot["mean"], o_scv, workload.arrival.scv)
+    kv_wait, kv_rho = multi_server_wait(per_tok, slots, physics.o_mean * tpot["mean"], physics.o_scv, scv)
     kv_wait = np.where(np.isfinite(tpot["mean"]), kv_wait, np.inf)
     for p in PERCENTILES:                       # the wait stretches the gaps of the requests that waited
         tpot[p] = tpot[p] + kv_wait / max(stats.mean_output - 1, 1) * {"p50": 0.5, "p90": 1.5, "p99": 3.0}[p]
@@ -265,8 +303,8 @@ def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload
     e2e["mean"] = ttft["mean"] + float(xfer.mean()) + kv_wait + (stats.mean_output - 1) * tpot["mean"]
     m = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
     ok, named = _check(slo, m, len(rates))
-    mean_bytes = float((nbytes).mean())
-    bw = kv_link_bytes_per_s(spec, php, thw, d)
+    mean_bytes = float((physics.nbytes).mean())
+    bw = physics.link_bytes_per_s
     extra = [("prompt pool capacity", rho < 1),
              ("token pool capacity (KV memory / batch)", np.isfinite(tpot["mean"]) & (kv_rho < 1)),
              ("kv_transfer_bandwidth (prompt NIC)", rates / d.prompt.count * mean_bytes < bw),
@@ -284,4 +322,4 @@ def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload
     usd = _usd(d.prompt, php, usd_per_h) + _usd(d.token, thw, usd_per_h)
     power = _power(d.prompt, php) + _power(d.token, thw)
     row = _metrics(d.name, "splitwise", machines, acc, rate, stats, m, idx, binding, usd, power, watts)
-    return row.model_copy(update={"cache": cache})
+    return row.model_copy(update={"cache": physics.cache})

@@ -11,7 +11,7 @@ import numpy as np
 from planner.catalog.model import ModelSpec
 from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.pool_physics import machine_hw
-from planner.designs.splitwise_pools import PoolMetrics, evaluate_pools
+from planner.designs.splitwise_pools import PoolMetrics, evaluate_pools, split_physics
 from planner.designs.splitwise_spec import Candidate, Pool, SplitwiseSpec
 from planner.errors import InfeasibleError, InputError
 from planner.perf.cost import device_rate
@@ -49,6 +49,10 @@ def search_splits(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, slo
                     if best is not None:
                         found.append(best)
     return found, _pareto(points)
+
+
+# most instances one pool of a searched split may hold (each prompt-pool size is evaluated)
+MAX_POOL_MACHINES = 1000
 
 
 def _limits(sr, baselines: list[PoolMetrics]) -> dict[str, float]:
@@ -92,6 +96,10 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     max_p, max_t = int(np.min(lim // up)), int(np.min(lim // ut))
     if max_p < 1 or max_t < 1:
         return None, []
+    if max(max_p, max_t) > MAX_POOL_MACHINES:    # every split is evaluated: a budget of a billion never ends
+        raise InputError(f"search.limit allows {max_p:,} {prompt_hw} prompt or {max_t:,} {token_hw} token instances; "
+                         f"the search evaluates every split, up to {MAX_POOL_MACHINES:,} instances a pool: give a "
+                         "smaller search.limit")
     probe = Candidate(name="probe", prompt=prompt, token=token)
     try:
         check_layout(model, prompt.layout, php)
@@ -99,15 +107,17 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     except InputError:
         return None, []
     # per-machine capacities from single-pool evaluations with many machines on the other side
+    # (the pools' physics once: the counts change only the queues)
     big = max(max_p, max_t) * 4
     try:        # a machine that cannot hold the weights and one request's KV serves nothing: skipped
+        physics = split_physics(model, probe, spec, workload, engine, dtypes, kv_cache)
         prompt_rate = np.array([evaluate_pools(model, probe.model_copy(update={
             "prompt": probe.prompt.model_copy(update={"count": n}),
             "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-            usd_per_h, kv_cache).max_rate for n in range(1, max_p + 1)])
+            usd_per_h, kv_cache, physics).max_rate for n in range(1, max_p + 1)])
         token_one = evaluate_pools(model, probe.model_copy(update={
             "prompt": probe.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
-            usd_per_h, kv_cache).max_rate
+            usd_per_h, kv_cache, physics).max_rate
     except InfeasibleError:
         return None, []
     best, best_rate = None, 0.0
@@ -127,7 +137,7 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
             if rate > best_rate:
                 best, best_rate = (n_p, n_t), rate
     # every split within the budget, for the throughput / cost / power Pareto front
-    n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
+    n_p, n_t = _front_candidates(prompt_rate, token_one, max_t)
     within = np.all(n_p[..., None] * up + n_t[..., None] * ut <= lim * (1 + 1e-9), axis=-1)
     rate = np.minimum(prompt_rate[n_p - 1], token_one * n_t)
     cost = (prompt.devices * n_p * device_rate(usd_per_h, prompt_hw, php)
@@ -146,6 +156,29 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     return Candidate(name=f"best {tag}{tps} ({best[0]}P+{best[1]}T)",
                      prompt=prompt.model_copy(update={"count": best[0]}),
                      token=token.model_copy(update={"count": best[1]})), points
+
+
+def _front_candidates(prompt_rate: np.ndarray, token_one: float, max_t: int) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt, token) counts that can be on the split's (throughput, cost, power) front: a split
+    serves min(prompt_rate[p], token_one x t), and its cost and power grow with both counts, so a
+    split where the prompt pool binds is matched, at no more cost, by the fewest token machines
+    keeping up with it, and one where the token pool binds by the fewest prompt machines keeping up
+    with that: O(prompts + tokens) splits instead of every pair (a 200 x 200 budget spent seconds
+    in the dominance tests)."""
+    max_p = len(prompt_rate)
+    if not (np.isfinite(token_one) and token_one > 0 and np.all(np.isfinite(prompt_rate))):
+        n_p, n_t = np.meshgrid(np.arange(1, max_p + 1), np.arange(1, max_t + 1), indexing="ij")
+        return n_p.ravel(), n_t.ravel()
+    p = np.arange(1, max_p + 1)
+    t_for_p = np.maximum(np.ceil(prompt_rate / token_one * (1 - 1e-12)), 1).astype(int)
+    keep = t_for_p <= max_t
+    t = np.arange(1, max_t + 1)
+    reach = prompt_rate[None, :] >= token_one * t[:, None] * (1 - 1e-12)          # (t, p)
+    has = reach.any(axis=1)
+    p_for_t = np.argmax(reach, axis=1) + 1
+    pairs = np.unique(np.concatenate([np.stack([p[keep], t_for_p[keep]], 1), np.stack([p_for_t[has], t[has]], 1)]),
+                      axis=0)
+    return pairs[:, 0], pairs[:, 1]
 
 
 def _pareto(points: list[dict]) -> list[dict]:
