@@ -564,3 +564,30 @@ def test_seed_and_draft_tokens_bounded(sets, match):
         load_scenario(ROOT / "scenarios" / "chat-h100.yaml", sets)
     with pytest.raises(InputError, match=r"draft_tokens in \[0, 64\]"):
         planner.estimate("llama-3.1-8b", "h100-sxm", input_len=10, output_len=10, mtp_tokens=65, mtp_acceptance=0.5)
+
+
+@pytest.mark.parametrize("scenario,sets,match", [
+    ("prfaas-case-study", ["design.local.instances=1000000000"], r"design\.local\.instances: .*less than or equal "
+                                                                   r"to 10000"),
+    ("splitwise-iso-power-conv", ["design.designs.0.prompt.count=1000000000"],
+     r"design\.designs\.0\.prompt\.count: .*less than or equal to 100000"),
+    ("polca-row-a100", ["design.servers=1000000000"], r"design\.servers: .*less than or equal to 100000"),
+])
+def test_design_sizes_bounded_where_written(scenario, sets, match):
+    """Sizes found by fuzzing: a billion PrfaaS instances raised a 3.7 TiB MemoryError, a billion
+    Splitwise machines and POLCA servers ran without end; each has a bound a fleet can reach."""
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    with pytest.raises(InputError, match=match):
+        load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", sets)
+
+
+def test_polca_rack_seconds_bounded_before_allocating():
+    from planner.errors import InputError
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    scn = load_scenario(ROOT / "scenarios" / "polca-row-a100.yaml", ["design.rows=1000000000"])
+    with pytest.raises(InputError, match=r"172,800 steps x 1,000,000,000 racks is more rack-seconds"):
+        run_scenario(scn)

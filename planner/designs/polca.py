@@ -70,13 +70,18 @@ class OtherWorkload(Frozen):
                         "(POLCA: training peaks at 97% of provisioned power)")
 
 
+# most (step, rack) pairs a POLCA run simulates: its per-rack normals are drawn up front (8 bytes
+# each: 400 MB), and a run of 2 days x 10 racks x 2 rows (3.5M) takes seconds
+MAX_RACK_STEPS = 50_000_000
+
+
 class PolcaSpec(Frozen):
     type: Literal["polca"] = "polca"
     hardware: str = "a100-80g"
     tp: int = Field(8, ge=1, description="GPUs per server (one instance per server)")
     framework: str | None = None
     weight_dtype: DType = DType.fp16
-    servers: int = Field(40, ge=1, description="servers the row's power was provisioned for")
+    servers: int = Field(40, ge=1, le=100_000, description="servers the row's power was provisioned for")
     server_power_w: float = Field(6500, gt=0, description="provisioned (nameplate) power per server")
     host_idle_w: float = Field(1500, ge=0, description="non-GPU power of an idle server (SplitwiseSim DGX-A100)")
     gpu_share: float = Field(0.5, gt=0, le=1, description="GPUs' share of a busy server's power (POLCA: ~50%); "
@@ -275,6 +280,9 @@ def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: En
     shape, given_rate, load_name = _load(spec, server, capacity, int(spec.days * 86400 / spec.step_s))
     steps = len(shape if given_rate is None else given_rate)
     per = spec.servers // spec.racks
+    if steps * spec.racks * spec.rows > MAX_RACK_STEPS:     # one normal per rack and step is drawn up front
+        raise InputError(f"design: {steps:,} steps x {spec.racks * spec.rows:,} racks is more rack-seconds than the "
+                         f"simulator holds ({MAX_RACK_STEPS:,}): lower days, raise step_s, or give fewer racks or rows")
     rng = np.random.default_rng(spec.seed)
     z = rng.standard_normal((steps, spec.racks * spec.rows))
     if spec.trace is not None and given_rate is not None and load_name.endswith("(row power)"):

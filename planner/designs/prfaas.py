@@ -46,7 +46,7 @@ class Site(Frozen):
     hardware: str
     tp: int = Field(8, ge=1)
     ep: int = Field(1, ge=1)
-    instances: int = Field(ge=1)
+    instances: int = Field(ge=1, le=10_000, description="instances at the site")
     prefix_hit: float | None = Field(None, ge=0, lt=1, description="fraction of prompt tokens cached at this site "
                                      "(default: the workload's prefix_hit, which a session workload derives)")
     prefill_fixed_s: float = Field(0.0, ge=0, le=60, description="time each prefill holds one of this site's "
@@ -73,7 +73,8 @@ class PrfaasSpec(Frozen):
     local: Site
     remote: Site
     link: Link
-    baseline_instances: int = Field(ge=2, description="instances of the homogeneous PD baseline (local hardware)")
+    baseline_instances: int = Field(ge=2, le=10_000, description="instances of the homogeneous PD baseline "
+                                    "(local hardware)")
     threshold_tokens: int | None = Field(None, ge=1, description="fixed offload threshold (default: optimized)")
     decode_tokens_per_s: float = Field(40.0, gt=0, description="per-request decode rate SLO")
     max_link_utilization: float = Field(0.8, gt=0, le=1)

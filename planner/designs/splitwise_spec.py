@@ -24,7 +24,7 @@ class Pool(Frozen):
                     "data-parallel over ep / tp replicas with all-to-all dispatch (DeepEP-style), an instance "
                     "being max(tp, ep) x pp devices")
     pp: int = Field(1, ge=1)
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=100_000, description="machines in the pool")
     power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
     cp: int = Field(1, ge=1, description="prompt pools: a machine is cp instances of tp x pp devices that prefill "
                     "each prompt together (context parallelism, ring attention; perf/context_parallel.py)")
