@@ -591,3 +591,17 @@ def test_polca_rack_seconds_bounded_before_allocating():
     scn = load_scenario(ROOT / "scenarios" / "polca-row-a100.yaml", ["design.rows=1000000000"])
     with pytest.raises(InputError, match=r"172,800 steps x 1,000,000,000 racks is more rack-seconds"):
         run_scenario(scn)
+
+
+@pytest.mark.parametrize("scenario,sets,match", [
+    ("melange-arena", ["design.rate_sweep.0=0"], r"design\.rate_sweep\.0: Input should be greater than 0"),
+    ("prfaas-case-study", ["workload.input.sigma=1000"], r"workload\.input\.sigma: .*less than or equal to 10"),
+])
+def test_fleet_sweep_rates_and_lognormal_spread_bounded(scenario, sets, match):
+    """A zero rate in a fleet's rate sweep divided by zero (traceback); a sigma of 1000 overflowed
+    the log-normal's quantiles (RuntimeWarnings, every length at its clip)."""
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    with pytest.raises(InputError, match=match):
+        load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", sets)

@@ -23,7 +23,7 @@ the cheapest single type at each, Melange's "cost reduction vs single GPU type" 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,7 +57,8 @@ class FleetSpec(Frozen):
                                "lengths; the workload still gives the rate)")
     input_edges: list[float] = Field([], description="Melange-style size buckets: input-length edges (tokens)")
     output_edges: list[float] = Field([], description="output-length edges; with input_edges, a 2-D grid")
-    rate_sweep: list[float] = Field([], description="total request rates (req/s) to re-solve at")
+    rate_sweep: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        [], max_length=1000, description="total request rates (req/s) to re-solve at")
 
 
 class SweepPoint(BaseModel):

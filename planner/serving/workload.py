@@ -41,7 +41,8 @@ class LogNormal(Frozen):
     dist: Literal["lognormal"] = "lognormal"
     median: float = Field(gt=0)
     p90: float | None = Field(None, gt=0)
-    sigma: float | None = Field(None, gt=0)
+    sigma: float | None = Field(None, gt=0, le=10, description="standard deviation of ln(tokens); 10 already "
+                                "puts the P90 at 370,000 x the median")
     min: int = Field(1, ge=1)
     max: int | None = Field(None, ge=1)
     truncate: bool = False
@@ -52,6 +53,9 @@ class LogNormal(Frozen):
             raise ValueError("give exactly one of p90 or sigma")
         if self.p90 is not None and self.p90 <= self.median:
             raise ValueError(f"p90 ({self.p90}) must exceed the median ({self.median})")
+        if self.p90 is not None and self._sigma > 10:
+            raise ValueError(f"p90 ({self.p90:g}) over the median ({self.median:g}) is a log-normal sigma of "
+                             f"{self._sigma:.3g}; expected at most 10")
         if self.max is not None and self.max < self.min:
             raise ValueError("max must be >= min")
         return self
