@@ -605,3 +605,16 @@ def test_fleet_sweep_rates_and_lognormal_spread_bounded(scenario, sets, match):
 
     with pytest.raises(InputError, match=match):
         load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", sets)
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["workload.sessions.turns.mean=1000000000"], r"workload\.sessions\.turns\.mean: .*less than or equal to 1000"),
+    (["workload.sessions.turns={dist: fixed, value: 5000}"], r"workload\.sessions\.turns: 5000 turns per session"),
+])
+def test_session_turns_bounded(sets, match):
+    """A geometric mean of a billion turns allocated 298 GiB for its support (MemoryError)."""
+    from planner.errors import InputError
+    from planner.scenario import load_scenario
+
+    with pytest.raises(InputError, match=match):
+        load_scenario(ROOT / "scenarios" / "rag-128k-cloudmatrix.yaml", sets)

@@ -30,6 +30,7 @@ from planner.serving.workload import _Z90, Fixed, LogNormal, Workload
 
 PRESETS_FILE = Path(__file__).resolve().parent.parent / "data" / "session_presets.yaml"
 SUPPORT_SESSIONS = 4000     # sessions drawn (fixed seed) to represent the turn mix analytically
+MAX_TURNS = 1000            # most turns a session's distribution may centre on (agent traces: tens to hundreds)
 _SUPPORT_SEED = 12345
 
 
@@ -37,7 +38,7 @@ class Geometric(Frozen):
     """Turn count with a constant chance ``1 - 1/mean`` of one more turn (P(N = k) = p (1-p)^(k-1))."""
 
     dist: Literal["geometric"] = "geometric"
-    mean: float = Field(ge=1)
+    mean: float = Field(ge=1, le=MAX_TURNS)
 
     def support(self) -> tuple[np.ndarray, np.ndarray]:
         p = 1.0 / self.mean
@@ -144,6 +145,11 @@ class Sessions(Frozen):
             missing = [k for k in ("turns", "new_input", "output", "think") if getattr(self, k) is None]
             if missing:
                 raise ValueError(f"sessions need {', '.join(missing)} (or a preset, or a trace)")
+        typical = getattr(self.turns, "value", None) or getattr(self.turns, "median", None)
+        if typical is not None and typical > MAX_TURNS:
+            from planner.checks import located
+
+            raise located("turns", f"{typical:g} turns per session; expected at most {MAX_TURNS}")
         return self
 
     @property
