@@ -572,6 +572,8 @@ def test_seed_and_draft_tokens_bounded(sets, match):
     ("splitwise-iso-power-conv", ["design.designs.0.prompt.count=1000000000"],
      r"design\.designs\.0\.prompt\.count: .*less than or equal to 100000"),
     ("polca-row-a100", ["design.servers=1000000000"], r"design\.servers: .*less than or equal to 100000"),
+    ("distserve-chatbot-opt13b", ["design.gpus_per_node=1000000000"],
+     r"design\.gpus_per_node: .*less than or equal to 512"),
 ])
 def test_design_sizes_bounded_where_written(scenario, sets, match):
     """Sizes found by fuzzing: a billion PrfaaS instances raised a 3.7 TiB MemoryError, a billion

@@ -62,7 +62,7 @@ class DistServeSpec(Frozen):
     hardware: str = Field(description="accelerator of every instance")
     framework: str | None = Field(None, description="engine entry applied to the hardware (e.g. vllm-2023)")
     weight_dtype: DType = DType.bf16
-    gpus_per_node: int = Field(8, ge=1)
+    gpus_per_node: int = Field(8, ge=1, le=512, description="GPUs a node (one scale-up domain) holds")
     cross_node_gbps: float | None = Field(None, gt=0, description="cross-node bandwidth per node, Gb/s per "
                                           "direction (DistServe's testbed: 25); default: the GPUs' NICs")
     placements: list[Placement] = ["high-node-affinity", "low-node-affinity"]
