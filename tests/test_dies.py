@@ -169,3 +169,7 @@ def test_sglang_holds_hccl_buffers_in_its_reserve():
     bare = v.model_copy(update={"memory": v.memory.model_copy(update={"comm_buffer": None})})
     lost = float(free_kv_bytes_device(m, bare, lay, dt) - free_kv_bytes_device(m, v, lay, dt))
     assert lost == pytest.approx(2 * 2 * 400 * 2**20)
+    # the estimate says which (whatif's memory line reads it)
+    kw = dict(tp=1, ep=8, pp=2, batch=8, input_len=2000, output_len=100, weight_dtype="int8")
+    assert planner.estimate(m, "ascend-910c", framework="sglang-ascend", **kw).memory.comm_buffers_in_reserve
+    assert not planner.estimate(m, "ascend-910c", framework="vllm-ascend", **kw).memory.comm_buffers_in_reserve
