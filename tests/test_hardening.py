@@ -620,3 +620,15 @@ def test_session_turns_bounded(sets, match):
 
     with pytest.raises(InputError, match=match):
         load_scenario(ROOT / "scenarios" / "rag-128k-cloudmatrix.yaml", sets)
+
+
+def test_an_astronomical_rate_is_infeasible_not_a_negative_fleet():
+    """1e300 req/s divided by an instance's rate overflowed int64 to a negative instance count,
+    which passed the max_instances filter: a plan came out and the simulator check crashed."""
+    from planner.errors import InfeasibleError
+    from planner.run import run_scenario
+    from planner.scenario import load_scenario
+
+    scn = load_scenario(ROOT / "scenarios" / "chat-h100.yaml", ["workload.rate=1e300"])
+    with pytest.raises(InfeasibleError, match=r"needs more than max_instances=100000 instances"):
+        run_scenario(scn)

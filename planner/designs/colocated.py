@@ -123,8 +123,8 @@ def _reduce_block(job, model, engine, stats, arrival_scv, slo, power, rate, cost
     light.add(curve)
     max_ok = np.where(ev.ok, curve.rate, -np.inf).max(axis=1)
     i = np.flatnonzero(max_ok > 0)
-    k = np.ceil(rate / max_ok[i] * (1 - 1e-9)).astype(np.int64)
-    i, k = i[k <= max_instances], k[k <= max_instances]
+    need = np.ceil(rate / max_ok[i] * (1 - 1e-9))            # filtered as floats: a huge rate must not
+    i, k = i[need <= max_instances], need[need <= max_instances].astype(np.int64)   # wrap to a negative count
     if i.size:
         acc = k * curve.devices[i]
         dev_power = interpolate(curve.rows(i), curve.power_w[i], rate / k) if cost.owned else np.zeros(i.size)
