@@ -196,7 +196,7 @@ def _drop_tags(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[str, ...]:
     its members."""
     models: list[type[BaseModel]] = [model]
     out: tuple[str, ...] = ()
-    for part in loc:
+    for j, part in enumerate(loc):
         if part.isdigit() or not models:
             out = (*out, part)
             continue
@@ -205,6 +205,9 @@ def _drop_tags(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[str, ...]:
             models, out = nxt, (*out, part)
             continue
         tagged = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
+        after = loc[j + 1] if j + 1 < len(loc) else None
+        if not tagged and after is not None:          # a callable discriminator's tag: its member holds the next
+            tagged = [m for m in models if after in m.model_fields]
         if tagged:
             models = tagged                 # the tag: dropped, the section narrowed to its member
         else:

@@ -195,3 +195,16 @@ def test_a_foreign_out_file_is_refused_untouched(tmp_path):
     ours = tmp_path / "ours.csv"
     ours.write_bytes(b"id,rate,status\na,1,ok\nb,2,o")           # a sweep's, cut mid-line by a crash
     assert open_sink(ours, ["rate"]).done == {"a"} and ours.read_bytes() == b"id,rate,status\na,1,ok\n"
+
+
+def test_a_bad_variant_is_named_as_the_scenario_would_name_it(tmp_path):
+    """A grid value the scenario refuses is reported with the scenario's own message and path
+    (pydantic's union tag dropped: workload.rate, not workload.requests.rate)."""
+    from planner.sweep.runner import check
+
+    base = Path(__file__).resolve().parent.parent / "scenarios" / "chat-h100.yaml"
+    f = tmp_path / "g.yaml"
+    f.write_text(f"name: g\nbase: {base}\ngrid: {{workload.rate: [5, -1]}}\noutput: g.csv\n")
+    with pytest.raises(InputError, match=r"variant \{'workload.rate': -1\}: workload\.rate: Input should be greater "
+                                         r"than 0, got -1$"):
+        check(load_sweep(f))

@@ -69,10 +69,12 @@ def check(sweep: Sweep) -> None:
         try:
             validate(v.scenario, str(sweep.base_dir))
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            raise InputError(f"{sweep.path}: variant {v.params}: {where}: "
-                             f"{err['msg'].removeprefix('Value error, ')}") from None
+            from planner.scenario import Scenario
+            from planner.yamlio import validation_error
+
+            # the scenario's own message (union tags dropped, unknown keys matched), located at the variant
+            msg = str(validation_error("", e, {}, Scenario)).strip()
+            raise InputError(f"{sweep.path}: variant {v.params}: {msg}") from None
 
 
 def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, scheduler: str | None = None,
