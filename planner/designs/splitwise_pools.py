@@ -133,7 +133,8 @@ def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: S
     workload, cache = with_pool_cache(model, workload, kv_cache, b.pool, hw, dtypes)
     stats = length_stats(workload)
     c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
-    upper = float(np.nanmax(np.where(c.rho < 1, c.rate, np.nan))) * b.pool.count
+    stable = np.where(c.rho < 1, c.rate, np.nan)
+    upper = (float(np.nanmax(stable)) if np.isfinite(stable).any() else np.nan) * b.pool.count   # NaN: none
     rates = _rate_grid(upper)
     per = rates / b.pool.count
     m = {}
@@ -296,11 +297,12 @@ def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload
         tpot[p] = tpot[p] + kv_wait / max(stats.mean_output - 1, 1) * {"p50": 0.5, "p90": 1.5, "p99": 3.0}[p]
     ttft = prompt_ttft(wait, rho, s)
     e2e = {}
-    for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
-        xq = float(np.quantile(xfer, qv))
-        first = ttft[k] if k == "p50" else ttft["mean"]     # as in serving.queueing
-        e2e[k] = first + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
-    e2e["mean"] = ttft["mean"] + float(xfer.mean()) + kv_wait + (stats.mean_output - 1) * tpot["mean"]
+    with np.errstate(invalid="ignore"):     # one-token outputs: 0 x an unstable (inf) TPOT is NaN, not met
+        for k, qv in zip(PERCENTILES, (0.5, 0.9, 0.99), strict=True):
+            xq = float(np.quantile(xfer, qv))
+            first = ttft[k] if k == "p50" else ttft["mean"]     # as in serving.queueing
+            e2e[k] = first + xq + kv_wait + (stats.output_quantiles[PERCENTILES.index(k)] - 1) * tpot[k]
+        e2e["mean"] = ttft["mean"] + float(xfer.mean()) + kv_wait + (stats.mean_output - 1) * tpot["mean"]
     m = {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e}
     ok, named = _check(slo, m, len(rates))
     mean_bytes = float((physics.nbytes).mean())
