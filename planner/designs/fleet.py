@@ -191,7 +191,9 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
 
 def _solve(lam, cap, price, usable, hardware, available) -> tuple[np.ndarray, np.ndarray]:
     """The MILP: integer instances ``x`` (H,) and routing shares ``y`` (H, B) at least cost."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint
+
+    from planner.designs.milp import milp
 
     H, B = cap.shape
     nv = H + H * B                   # variables: x_h (H), y_hb (H*B)

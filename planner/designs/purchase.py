@@ -132,7 +132,9 @@ def _classes(p: PurchaseProblem, active: np.ndarray, energy: np.ndarray) -> tupl
 
 def solve_purchase(p: PurchaseProblem) -> PurchasePlan:
     """Cheapest purchase mix (see the module docstring); ``InfeasibleError`` if none exists."""
-    from scipy.optimize import Bounds, milp
+    from scipy.optimize import Bounds
+
+    from planner.designs.milp import milp
 
     P, K = len(p.need), len(p.reserved)
     horizon_end = float(p.start_h[-1] + p.hours[-1]) if P else 0.0
