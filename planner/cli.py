@@ -58,6 +58,10 @@ FRAMEWORK_HELP = ("Serving engine whose efficiencies and overheads apply (vllm, 
                   "or a framework YAML file); default vllm.")
 
 
+MEMORY_FRACTION_HELP = ("The engine's memory setting as on its command line: vLLM --gpu-memory-utilization and "
+                        "SGLang --mem-fraction-static (of total memory), TensorRT-LLM "
+                        "kv_cache_free_gpu_mem_fraction (of what weights and activations leave); default the "
+                        "framework's.")
 STATE_DTYPE_HELP = ("Format of linear-attention recurrent states (Gated DeltaNet: SGLang --mamba-ssm-dtype, "
                     "vLLM --mamba-ssm-cache-dtype); default the framework's (SGLang fp32, vLLM the model's bf16).")
 
@@ -305,6 +309,8 @@ def whatif(
         "EAGLE-3 config.json.")),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
     state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
+    memory_fraction: float | None = typer.Option(None, "--memory-fraction", min=0.01, max=1.0,  # noqa: UP007
+                                                 help=MEMORY_FRACTION_HELP),
     cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
                            "(ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -318,7 +324,8 @@ def whatif(
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
-                 framework=framework, cp=cp, draft=draft, state_dtype=state_dtype.value if state_dtype else None)
+                 framework=framework, cp=cp, draft=draft, state_dtype=state_dtype.value if state_dtype else None,
+                 memory_fraction=memory_fraction)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:
@@ -360,6 +367,8 @@ def throughput(
                                           "token, s."),
     framework: str | None = typer.Option(None, "--framework", help=FRAMEWORK_HELP),  # noqa: UP007
     state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
+    memory_fraction: float | None = typer.Option(None, "--memory-fraction", min=0.01, max=1.0,  # noqa: UP007
+                                                 help=MEMORY_FRACTION_HELP),
     replay: bool = typer.Option(False, "--replay", help="With an SLO: find the load by replaying Poisson runs "
                                 "(600 s of requests) in the simulator, as MLPerf's Server scenario measures it; "
                                 "slower than the analytic curve (about a second)."),
@@ -370,11 +379,12 @@ def throughput(
     from planner.serving.batching import Engine
     from planner.throughput_cli import run_throughput
 
-    if state_dtype is not None:       # the profile as that engine sees it, its states in that format
-        from planner.catalog.frameworks import with_framework, with_state_dtype
+    if state_dtype is not None or memory_fraction is not None:   # the profile as that engine was run
+        from planner.catalog.frameworks import with_framework, with_memory_fraction, with_state_dtype
         from planner.catalog.hardware import hardware as get_hardware
 
-        hardware = with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype.value)
+        hardware = with_memory_fraction(with_state_dtype(with_framework(get_hardware(hardware), framework),
+                                                         state_dtype.value if state_dtype else None), memory_fraction)
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
                    concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, ttft_p99=ttft_p99,

@@ -136,3 +136,29 @@ def test_catalog_commands():
         assert r.exit_code == 0, (cmd, r.output)
     r = runner.invoke(app, ["models", "show", "deepseek-v3", "--json"])
     assert json.loads(r.stdout)["kv_bytes_per_token_bf16"] == 70272
+
+
+def test_memory_fraction_as_given_on_the_engines_command_line():
+    """Llama-3.1-70B BF16 at TP2 on A100-80G under vLLM: 85.9 GB per GPU, 70.6 GB of weights; the
+    KV pool is f x total - weights - workspace, and each 2,100-token sequence holds 2,100 x 327,680 / 2
+    bytes per GPU (344 MB). At 0.90 the pool is ~6.0 GB (16-17 sequences), at 0.95 ~10.3 GB (29-30):
+    raising the setting by 0.05 x 85.9 GB = 4.3 GB admits 4.3 GB / 344 MB = 12.5 more sequences."""
+    import planner
+
+    kw = dict(tp=2, input_len=2000, output_len=100, framework="vllm")
+    base = planner.estimate("llama-3.1-70b", "a100-80g", **kw).memory
+    more = planner.estimate("llama-3.1-70b", "a100-80g", memory_fraction=0.95, **kw).memory
+    assert (base.memory_fraction, more.memory_fraction, more.fraction_of) == (0.9, 0.95, "total")
+    assert more.reserved_bytes == pytest.approx(base.reserved_bytes - 0.05 * base.capacity_bytes)
+    per_seq = 2100 * 327_680 / 2
+    assert more.max_batch - base.max_batch == pytest.approx(0.05 * base.capacity_bytes / per_seq, abs=1)
+    r = runner.invoke(app, ["whatif", "-m", "llama-3.1-70b", "-H", "a100-80g", "--tp", "2", "-i", "2000", "-o", "100",
+                            "--memory-fraction", "0.95", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["memory"]["max_batch"] == more.max_batch
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match=r"memory_fraction must be in \(0, 1\], got 1.5"):
+        planner.estimate("llama-3.1-70b", "a100-80g", memory_fraction=1.5, **kw)
+    # TensorRT-LLM's setting is a share of what the weights leave, in its own sense
+    trt = planner.estimate("llama-3.1-70b", "a100-80g", **(kw | {"framework": "tensorrt-llm"}), memory_fraction=0.5)
+    assert (trt.memory.memory_fraction, trt.memory.fraction_of) == (0.5, "free")

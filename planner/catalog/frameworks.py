@@ -256,6 +256,20 @@ def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> 
     return fw.apply(hw)
 
 
+def with_memory_fraction(hw: HardwareProfile, fraction: float | None) -> HardwareProfile:
+    """``hw`` whose engine was given ``fraction`` for its memory setting, in that engine's own
+    sense (``MemoryPolicy.kind``): vLLM ``--gpu-memory-utilization`` and SGLang
+    ``--mem-fraction-static`` take it of total memory, TensorRT-LLM
+    ``kv_cache_free_gpu_mem_fraction`` of what weights and activations leave; None: the entry's."""
+    if fraction is None:
+        return hw
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise InputError(f"memory_fraction must be in (0, 1], got {fraction!r}")
+    pol = hw.memory_policy
+    given = Fraction(value=float(fraction), source="given with the run (--memory-fraction / memory_fraction)")
+    return hw.model_copy(update={"memory_policy": pol.model_copy(update={"fraction": given})})
+
+
 def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:
     """``hw`` whose engine keeps linear-attention recurrent states in ``state_dtype``, whatever
     the checkpoint declares (a flag the user passes wins); None: as its framework entry says

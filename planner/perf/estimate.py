@@ -27,7 +27,7 @@ from planner.catalog.bands import Banded, band_fields
 from planner.catalog.draft import DraftSpec
 from planner.catalog.draft import draft as get_draft
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework, with_state_dtype
+from planner.catalog.frameworks import with_framework, with_memory_fraction, with_state_dtype
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -162,6 +162,8 @@ class MemoryEstimate(Frozen):
     max_batch: int
     comm_buffer_bytes: float = 0.0     # collective communicators' buffers (Ascend HCCL)
     comm_buffers_in_reserve: bool = False   # created after the KV pool is sized: held in the engine's reserve
+    memory_fraction: float = 0.0       # the engine's memory setting in effect (MemoryPolicy.fraction)
+    fraction_of: str = ""              # what it is a fraction of: "total" memory, or what weights leave ("free")
 
 
 class Estimate(Banded):
@@ -220,7 +222,8 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
              ep: int = 1, batch: int = 1, input_len: int, output_len: int,
              weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
              mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None,
-             cp: int = 1, draft: str | DraftSpec | None = None, state_dtype: str | DType | None = None) -> Estimate:
+             cp: int = 1, draft: str | DraftSpec | None = None, state_dtype: str | DType | None = None,
+             memory_fraction: float | None = None) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
     draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
     names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
@@ -230,8 +233,12 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     stay one instance's (the decode runs on one of them); ``draft`` the EAGLE-3 draft model that
     proposes the draft tokens (a ``catalog.draft`` name or an EAGLE-3 ``config.json``; default the
     model's own MTP module); ``state_dtype`` the format linear-attention recurrent states are kept
-    in (SGLang ``--mamba-ssm-dtype``, vLLM ``--mamba-ssm-cache-dtype``; default the engine's)."""
-    m, hw = get_model(model), with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype)
+    in (SGLang ``--mamba-ssm-dtype``, vLLM ``--mamba-ssm-cache-dtype``; default the engine's);
+    ``memory_fraction`` the engine's memory setting as given on its command line
+    (``frameworks.with_memory_fraction``; default the framework entry's)."""
+    m = get_model(model)
+    hw = with_memory_fraction(with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype),
+                              memory_fraction)
     tp, pp, ep, batch, cp = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch),
                                                                ("cp", cp)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
@@ -273,7 +280,9 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             capacity_bytes=f(mem.capacity), reserved_bytes=f(mem.reserved), weights_bytes=f(mem.weights),
             kv_cache_bytes=f(mem.kv_cache), workspace_bytes=f(mem.workspace), used_bytes=f(mem.used),
             max_batch=int(f(mem.max_batch)), comm_buffer_bytes=f(mem.comm_buffers),
-            comm_buffers_in_reserve=getattr(hw.memory_policy.comm_buffers, "value", None) == "reserve"),
+            comm_buffers_in_reserve=getattr(hw.memory_policy.comm_buffers, "value", None) == "reserve",
+            memory_fraction=hw.memory_policy.fraction.value,
+            fraction_of="total" if hw.memory_policy.kind == "total_fraction" else "free"),
         prefill=prefill, decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
         infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,

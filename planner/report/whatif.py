@@ -52,7 +52,10 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
                                + (" (made after the KV pool is sized: held in the engine's reserve)"
                                   if mem.comm_buffers_in_reserve else "") + ", " if mem.comm_buffer_bytes else "")
                             + f"reserve {si(mem.reserved_bytes, 'B')}"
-                            + (" beside them" if mem.comm_buffer_bytes and mem.comm_buffers_in_reserve else "")),
+                            + (" beside them" if mem.comm_buffer_bytes and mem.comm_buffers_in_reserve else "")
+                            + (f" (engine memory setting {mem.memory_fraction:g} of "
+                               + ("total memory" if mem.fraction_of == "total" else "what the weights leave")
+                               + "; --memory-fraction to change)" if mem.fraction_of else "")),
         ("max batch that fits", f"{mem.max_batch:,}"),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
