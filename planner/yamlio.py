@@ -165,7 +165,7 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     below, text = split_located(e["msg"].removeprefix("Value error, "))
     if below:
         e = {**e, "msg": text, "loc": (*e["loc"], *below)}
-    loc = _file_path(_drop_tags(model, tuple(str(p) for p in e["loc"])), lines)
+    loc = _file_path(_follow(model, tuple(str(p) for p in e["loc"]))[0], lines)
     line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
     field = ".".join(loc) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
@@ -190,14 +190,16 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     return InputError(f"{where} {field}: {msg}")
 
 
-def _drop_tags(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[str, ...]:
-    """``loc`` without the union tags pydantic puts in it (``design.polca.brake_mhz`` ->
-    ``design.brake_mhz``): a part that is no field of the section there but the ``type`` of one of
-    its members."""
+def _follow(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[tuple[str, ...], list[type[BaseModel]]]:
+    """Walk pydantic location ``loc`` down ``model``'s sections: (``loc`` without the union tags
+    pydantic puts in it, ``design.polca.brake_mhz`` -> ``design.brake_mhz``; the section models
+    at its end, none where it cannot be followed). A tag is a part that is no field of the section
+    there but the ``type`` of one of its members, or (a callable discriminator's) names a member
+    holding the next part."""
     models: list[type[BaseModel]] = [model]
     out: tuple[str, ...] = ()
     for j, part in enumerate(loc):
-        if part.isdigit() or not models:
+        if part.isdigit() or not models:  # a list item: the list's own item type is already held
             out = (*out, part)
             continue
         nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
@@ -206,13 +208,13 @@ def _drop_tags(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[str, ...]:
             continue
         tagged = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
         after = loc[j + 1] if j + 1 < len(loc) else None
-        if not tagged and after is not None:          # a callable discriminator's tag: its member holds the next
+        if not tagged and after is not None:
             tagged = [m for m in models if after in m.model_fields]
         if tagged:
             models = tagged                 # the tag: dropped, the section narrowed to its member
         else:
             models, out = [], (*out, part)
-    return out
+    return out, models
 
 
 def _file_path(loc: tuple[str, ...], lines: Lines) -> tuple[str, ...]:
@@ -227,20 +229,10 @@ def _file_path(loc: tuple[str, ...], lines: Lines) -> tuple[str, ...]:
 
 
 def _fields_at(model: type[BaseModel], path: tuple[str, ...]) -> set[str]:
-    """Field names of the section at ``path`` (a file location: list indices and keys; a union's
-    members that hold the next key), so an unknown key is matched against its own section's
-    names; empty where the path cannot be followed (then the caller takes every name)."""
-    models: list[type[BaseModel]] = [model]
-    for part in path:
-        if part.isdigit():
-            continue                     # a list item: the list's own item type is already held
-        nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
-        if not nxt:                      # a union's tag (pydantic's location names the member by its type)
-            nxt = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
-        if not nxt:
-            return set()
-        models = nxt
-    return {name for m in models for name in m.model_fields}
+    """Field names of the section at ``path`` (``_follow``), so an unknown key is matched against
+    its own section's names; empty where the path cannot be followed (then the caller takes every
+    name)."""
+    return {name for m in _follow(model, path)[1] for name in m.model_fields}
 
 
 def _paths_of(model: type[BaseModel], key: str, depth: int = 3) -> list[str]:
