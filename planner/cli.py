@@ -380,11 +380,9 @@ def throughput(
     from planner.throughput_cli import run_throughput
 
     if state_dtype is not None or memory_fraction is not None:   # the profile as that engine was run
-        from planner.catalog.frameworks import with_framework, with_memory_fraction, with_state_dtype
-        from planner.catalog.hardware import hardware as get_hardware
+        from planner.catalog.frameworks import as_run
 
-        hardware = with_memory_fraction(with_state_dtype(with_framework(get_hardware(hardware), framework),
-                                                         state_dtype.value if state_dtype else None), memory_fraction)
+        hardware = as_run(hardware, framework, state_dtype.value if state_dtype else None, memory_fraction)
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
                    concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, ttft_p99=ttft_p99,

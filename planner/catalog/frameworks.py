@@ -256,6 +256,17 @@ def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> 
     return fw.apply(hw)
 
 
+def as_run(hardware: str | HardwareProfile, framework: str | Framework | None = None,
+           state_dtype: str | DType | None = None, memory_fraction: float | None = None) -> HardwareProfile:
+    """The profile (a name, YAML path or profile) as one engine run sees it: ``framework``'s entry
+    applied (``with_framework``), its recurrent states in ``state_dtype`` and its memory setting at
+    ``memory_fraction`` where given (``with_state_dtype``, ``with_memory_fraction``)."""
+    from planner.catalog.hardware import hardware as get_hardware
+
+    return with_memory_fraction(with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype),
+                                memory_fraction)
+
+
 def with_memory_fraction(hw: HardwareProfile, fraction: float | None) -> HardwareProfile:
     """``hw`` whose engine was given ``fraction`` for its memory setting, in that engine's own
     sense (``MemoryPolicy.kind``): vLLM ``--gpu-memory-utilization`` and SGLang

@@ -27,9 +27,8 @@ from planner.catalog.bands import Banded, band_fields
 from planner.catalog.draft import DraftSpec
 from planner.catalog.draft import draft as get_draft
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework, with_memory_fraction, with_state_dtype
+from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.checks import check_context
@@ -236,9 +235,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     in (SGLang ``--mamba-ssm-dtype``, vLLM ``--mamba-ssm-cache-dtype``; default the engine's);
     ``memory_fraction`` the engine's memory setting as given on its command line
     (``frameworks.with_memory_fraction``; default the framework entry's)."""
-    m = get_model(model)
-    hw = with_memory_fraction(with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype),
-                              memory_fraction)
+    m, hw = get_model(model), as_run(hardware, framework, state_dtype, memory_fraction)
     tp, pp, ep, batch, cp = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch),
                                                                ("cp", cp)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
@@ -366,8 +363,8 @@ def estimate_inputs(e: Estimate) -> tuple[ModelSpec, HardwareProfile, DraftSpec 
     resolved, local files included; for an Estimate rebuilt from its JSON, its names looked up."""
     if e._inputs is not None:
         return e._inputs
-    return (get_model(e.model), with_state_dtype(with_framework(get_hardware(e.hardware), e.framework or None),
-                                                  e.state_dtype), get_draft(e.draft))
+    hw = as_run(e.hardware, e.framework or None, e.state_dtype, e.memory.memory_fraction or None)
+    return get_model(e.model), hw, get_draft(e.draft)
 
 
 def operator_breakdown(e: Estimate) -> list[dict]:
