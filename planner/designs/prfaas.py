@@ -173,12 +173,12 @@ def _decode_capacity(model, site: Site, dtypes, workload: Workload, tpot_bound: 
         tpot = c.tpot["mean"][0]
         if not np.isfinite(tpot).any():
             raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance of {model.name} cannot hold one "
-                                  "request's KV cache "
-                                  "beside the weights: give the local site a larger tp or a lower weight_dtype")
+                                  "request's KV cache beside the weights: give the local site a larger tp or a lower "
+                                  "weight_dtype")
         fastest = 1 / float(np.nanmin(np.where(np.isfinite(tpot), tpot, np.nan)))
         raise InfeasibleError(f"a {site.hardware} tp{site.tp} decode instance of {model.name} cannot meet "
-                              f"{1 / tpot_bound:.0f} "
-                              f"tokens/s per request even alone: it decodes at most {fastest:.0f} tokens/s per "
+                              f"{1 / tpot_bound:.0f} tokens/s per request even alone: it decodes at most "
+                              f"{fastest:.0f} tokens/s per "
                               f"request; set design.decode_tokens_per_s to {np.floor(fastest):.0f} or less, or "
                               "decode on faster hardware")
     j = int(np.flatnonzero(ok)[-1])

@@ -269,13 +269,19 @@ def split_physics(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload:
                        kv_link_bytes_per_s(spec, php, thw, d))
 
 
+def reusable_physics(workload: Workload) -> bool:
+    """Whether ``split_physics`` holds for every pool count: not for a session workload, whose
+    prefix cache grows with the prompt machines holding it."""
+    return not isinstance(workload, SessionWorkload)
+
+
 def evaluate_pools(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload: Workload, slo: SLO,
                    engine: Engine, dtypes: DTypes, usd_per_h: dict[str, float],
                    kv_cache: KVCacheSpec | None = None, physics: SplitPhysics | None = None) -> PoolMetrics:
     """Design ``d`` at its largest SLO-meeting rate; ``physics`` (``split_physics`` of a design
-    differing from ``d`` in its counts only, for a workload without sessions) skips recomputing
-    what the counts do not change."""
-    if physics is None or isinstance(workload, SessionWorkload):
+    differing from ``d`` in its counts only; ``reusable_physics`` says when the counts leave it
+    unchanged) skips recomputing it."""
+    if physics is None:
         physics = split_physics(model, d, spec, workload, engine, dtypes, kv_cache)
     php, thw, stats, s, pre_w, xfer, c = physics.php, physics.thw, physics.stats, physics.s, physics.pre_w, \
         physics.xfer, physics.curve

@@ -11,7 +11,7 @@ import numpy as np
 from planner.catalog.model import ModelSpec
 from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.pool_physics import machine_hw
-from planner.designs.splitwise_pools import PoolMetrics, evaluate_pools, split_physics
+from planner.designs.splitwise_pools import PoolMetrics, evaluate_pools, reusable_physics, split_physics
 from planner.designs.splitwise_spec import Candidate, Pool, SplitwiseSpec
 from planner.errors import InfeasibleError, InputError
 from planner.perf.cost import device_rate
@@ -110,7 +110,8 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     # (the pools' physics once: the counts change only the queues)
     big = max(max_p, max_t) * 4
     try:        # a machine that cannot hold the weights and one request's KV serves nothing: skipped
-        physics = split_physics(model, probe, spec, workload, engine, dtypes, kv_cache)
+        physics = split_physics(model, probe, spec, workload, engine, dtypes, kv_cache) \
+            if reusable_physics(workload) else None
         prompt_rate = np.array([evaluate_pools(model, probe.model_copy(update={
             "prompt": probe.prompt.model_copy(update={"count": n}),
             "token": probe.token.model_copy(update={"count": big})}), spec, workload, slo, engine, dtypes,
