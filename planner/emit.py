@@ -132,7 +132,7 @@ def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path
 
 def _engine_plan(result: Any, scn: Any) -> dict:
     """Everything the launch files need, from the plan and the planner's own memory model."""
-    from planner.catalog.frameworks import with_framework
+    from planner.catalog.frameworks import as_run
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
@@ -141,8 +141,8 @@ def _engine_plan(result: Any, scn: Any) -> dict:
 
     b = result.best
     m = scn.engine.model_as_run(model(scn.model))
-    hw = with_framework(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
-                        scn.engine.framework)
+    hw = as_run(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
+                scn.engine.framework, None, scn.engine.memory_fraction)
     lay = Layout.of(b.tp, b.ep, b.pp)
     kv = float(free_kv_bytes_device(m, hw, lay, resolve_dtypes(m, b.weight_dtype, b.kv_dtype)))
     cap, f = hw.memory.capacity.value, hw.memory_policy.fraction.value

@@ -187,13 +187,23 @@ def _headroom_note(best) -> str | None:
 
 
 def _framework_scheduling(engine) -> list[str]:
-    """A note naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)."""
-    if engine.framework is None:
-        return []
-    from planner.catalog.frameworks import framework
+    """Notes naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)
+    and the memory setting the scenario gives its engine, in that engine's sense."""
+    from planner.catalog.frameworks import DEFAULT_FRAMEWORK, framework
 
-    held = [f"{k}={v}" for k, v in framework(engine.framework).engine_knobs().items() if getattr(engine, k) == v]
-    return [f"engine scheduling of {engine.framework}: {', '.join(held)} (set under engine: to change)"] if held else []
+    fw = framework(engine.framework or DEFAULT_FRAMEWORK)
+    notes = []
+    if engine.memory_fraction is not None:
+        free = fw.memory_policy is not None and fw.memory_policy.kind == "free_fraction"
+        notes.append(f"engine memory setting {engine.memory_fraction:g} of "
+                     f"{'the memory weights and activations leave' if free else 'total device memory'} "
+                     f"({fw.name}, engine.memory_fraction): the KV cache of every candidate is sized with it")
+    if engine.framework is None:
+        return notes
+    held = [f"{k}={v}" for k, v in fw.engine_knobs().items() if getattr(engine, k) == v]
+    if held:
+        notes.append(f"engine scheduling of {engine.framework}: {', '.join(held)} (set under engine: to change)")
+    return notes
 
 
 def headline(result) -> dict:

@@ -21,6 +21,16 @@ def check_scenario(scn: Any) -> None:
     _check_context(scn)
     _check_draft(scn)
     _check_state_dtype(scn)
+    _check_memory_fraction(scn)
+
+
+def _check_memory_fraction(scn: Any) -> None:
+    """PrfaaS sites run the planner's default engine (``designs.prfaas``), not the scenario's: a
+    memory setting there would be ignored."""
+    if scn.engine.memory_fraction is not None and scn.design.type == "prfaas":
+        raise located("engine.memory_fraction", "a prfaas design runs every site on the planner's default engine "
+                      "at that engine's memory setting and does not read the scenario's engine section, so this "
+                      "would be ignored; remove it")
 
 
 def _check_state_dtype(scn: Any) -> None:

@@ -277,7 +277,7 @@ def with_memory_fraction(hw: HardwareProfile, fraction: float | None) -> Hardwar
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise InputError(f"memory_fraction must be in (0, 1], got {fraction!r}")
     pol = hw.memory_policy
-    given = Fraction(value=float(fraction), source="given with the run (--memory-fraction / memory_fraction)")
+    given = Fraction(value=float(fraction), source="given with the run (--memory-fraction, engine.memory_fraction)")
     return hw.model_copy(update={"memory_policy": pol.model_copy(update={"fraction": given})})
 
 

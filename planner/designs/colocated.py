@@ -15,9 +15,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework
+from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
@@ -102,7 +101,7 @@ def _block_jobs(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[i
     """``(group, candidate indices, hardware, layouts, dtypes)`` of every block, in search order
     (group: the rank of the hardware and dtype in the search)."""
     for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
-                                                           engine.framework)):
+                                                           engine.framework, engine.memory_fraction)):
         for index, sub in blocks(lay, block):
             yield group, index, hw, sub, dtypes
 
@@ -319,10 +318,9 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
 def _engine_floor(engine: Engine, hardware: list[str], slo: SLO) -> str | None:
     """The engine's own reason no candidate can meet ``slo`` (its host time per step or request
     over a bound, on every candidate device), or None."""
-    from planner.catalog.hardware import hardware as profile
     from planner.serving.load_point import engine_floor
 
-    floors = [engine_floor(with_framework(profile(h), engine.framework), slo) for h in hardware]
+    floors = [engine_floor(as_run(h, engine.framework), slo) for h in hardware]
     return floors[0] if floors and all(floors) else None
 
 
@@ -382,7 +380,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     from planner.serving.slo import judge
 
     k = instances or d.instances
-    hw = with_framework(get_hardware(d.hardware), engine.framework)
+    hw = as_run(d.hardware, engine.framework, None, engine.memory_fraction)
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     lay = Layout.of(d.tp, d.ep, d.pp)
     arrival, inp, out = workload.sample(requests, seed)

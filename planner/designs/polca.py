@@ -35,8 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework
-from planner.catalog.hardware import hardware as get_hardware
+from planner.catalog.frameworks import as_run
 from planner.catalog.model import ModelSpec
 from planner.designs import power_sim as ps
 from planner.errors import InfeasibleError, InputError
@@ -258,7 +257,7 @@ def _load(spec: PolcaSpec, server: _ServerModel, capacity: float, steps_default:
 
 
 def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: Engine, name: str) -> PolcaResult:
-    hw = with_framework(get_hardware(spec.hardware), spec.framework)
+    hw = as_run(spec.hardware, spec.framework, None, engine.memory_fraction)
     if not spec.t1 + spec.hysteresis < spec.t2 < 1:
         raise InputError(f"thresholds must satisfy t1 + hysteresis < t2 < 1, got t1={spec.t1}, "
                          f"hysteresis={spec.hysteresis}, t2={spec.t2}")

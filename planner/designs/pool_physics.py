@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.catalog.frameworks import with_framework
+from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.ops import DTypes
@@ -19,9 +18,10 @@ from planner.serving.slo import PERCENTILES
 from planner.serving.workload import Workload, weighted_quantile
 
 
-def machine_hw(name: str, fw: str | None, cap: float = 1.0) -> HardwareProfile:
-    """Profile ``name`` with engine entry ``fw`` applied and its devices capped at ``cap`` of TDP."""
-    return apply_power_cap(with_framework(get_hardware(name), fw), cap)
+def machine_hw(name: str, fw: str | None, cap: float = 1.0, memory_fraction: float | None = None) -> HardwareProfile:
+    """Profile ``name`` with engine entry ``fw`` applied, its memory setting at ``memory_fraction``
+    where given (``Engine.memory_fraction``) and its devices capped at ``cap`` of TDP."""
+    return apply_power_cap(as_run(name, fw, None, memory_fraction), cap)
 
 
 def prompt_service(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,

@@ -126,7 +126,7 @@ def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tu
 def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: SLO, engine: Engine,
                        dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float],
                        kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
-    hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap)
+    hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap, engine.memory_fraction)
     lay = b.pool.layout
     _layout_of(model, b.pool, hw, f"baseline {b.name}")
     no_cp(b.pool, f"baseline {b.name}")
@@ -242,8 +242,8 @@ def split_physics(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload:
     """``SplitPhysics`` of design ``d``: depends on its pools' counts only through a session
     workload's prefix cache (held by the prompt machines), so a search over counts of another
     workload computes it once."""
-    php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap)
-    thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap)
+    php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap, engine.memory_fraction)
+    thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap, engine.memory_fraction)
     workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
     stats = length_stats(workload)
     play, tlay = d.prompt.layout, d.token.layout

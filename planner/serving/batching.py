@@ -120,6 +120,11 @@ class Engine(Frozen):
         "engine's) and the analytic TPOT percentiles carry the spread; default: a Beta concentration of 15.7, "
         "which reproduces the per-request spread aiperf's SPEED-Bench run measured (acceptance rate 63.8% +- 16.2 "
         "points; perf.speculation); 0: none")
+    memory_fraction: float | None = Field(
+        None, gt=0, le=1, description="the engine's memory setting as on its command line, in its own sense: vLLM "
+        "--gpu-memory-utilization and SGLang --mem-fraction-static take it of total device memory, TensorRT-LLM "
+        "kv_cache_free_gpu_mem_fraction of what weights and activations leave (frameworks.with_memory_fraction); "
+        "applies to every machine the scenario runs; default: the framework entry's")
     state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         None, description="format the engine keeps linear-attention (Gated DeltaNet) recurrent states in, as set "
         "on its command line (vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype); beats the checkpoint's "

@@ -8,9 +8,8 @@ import numpy as np
 
 from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import with_framework
+from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
 from planner.checks import check_context
@@ -64,7 +63,8 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     ``lengths``: requests of that workload's length mix instead (its rate is not read; the
     context check still reads ``input_len + output_len``)."""
     m = get_model(model)
-    hw = with_framework(get_hardware(hardware), framework or (engine.framework if engine else None))
+    hw = as_run(hardware, framework or (engine.framework if engine else None), None,
+                engine.memory_fraction if engine else None)
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
