@@ -420,7 +420,7 @@ def _run_level(ctx: _Context, x: float) -> tuple[Level, list]:
                       int(round(spec.brake_s / dt)), ctx.ceiling)
     A, lvl = tree.membership(), tree.level_of_node()
     node_w = out.rack_w @ A
-    demand = ps.uncapped_rack_power(tree, ctx.mean, ctx.std, ctx.z, ctx.ceiling) @ A
+    demand = ps.uncapped_row_power(tree, ctx.mean, ctx.std, ctx.z, ctx.ceiling, row=0)
     row0 = tree.racks                                      # the first row's node
     names = ("rack", "row", "cluster")
     util = {names[k]: float(np.max(node_w[:, lvl == k].max(axis=0) / tree.cap_w[lvl == k]))
@@ -441,7 +441,7 @@ def _run_level(ctx: _Context, x: float) -> tuple[Level, list]:
         else np.array([row_w.max()])
     meets = n_brakes == 0 and impact50 < spec.max_hp_p50_impact and lost <= spec.max_lp_throughput_loss
     return Level(oversubscription=x, servers=int(round(spec.servers * (1 + x))),
-                 peak_power_fraction=float(demand[:, row0].max()) / ctx.budget,
+                 peak_power_fraction=float(demand.max()) / ctx.budget,
                  capped_peak_fraction=float(row_w.max()) / ctx.budget, brake_events=n_brakes,
                  capping_events=int(out.escalations.sum()),
                  capped_time_fraction=float((capped * n_srv).sum() / (steps * n_srv.sum())),

@@ -137,16 +137,17 @@ class _Sim:
         frozen[R:R + W] |= braking[-1]
         return level, rack_braked, frozen
 
-    def rack_power(self, a: int, b: int, level, braked) -> np.ndarray:
-        """(b - a, R) rack power with the clocks fixed over steps [a, b)."""
+    def rack_power(self, a: int, b: int, level, braked, racks=slice(None)) -> np.ndarray:
+        """(b - a, R) rack power with the clocks fixed over steps [a, b); with ``racks`` (an index
+        array; ``level`` and ``braked`` then per listed rack) only those racks' columns."""
         tr = self.t
         lc, hc = LOW_CLOCK[level], HIGH_CLOCK[level]
         m_l, m_h = self.mean[lc, a:b], self.mean[hc, a:b]            # (R, w)
         s_l, s_h = self.std[lc, a:b], self.std[hc, a:b]
-        nl, nh = tr.n_low[:, None], tr.n_high[:, None]
-        run = nl * m_l + nh * m_h + np.sqrt(nl * s_l**2 + nh * s_h**2) * self.z[a:b].T
-        run = np.minimum(run, nl * self.ceiling[lc][:, None] + nh * self.ceiling[hc][:, None]) + tr.other_w[:, None]
-        halt = (nl + nh) * self.bmean[None, a:b] + tr.other_brake_w[:, None]
+        nl, nh = tr.n_low[racks, None], tr.n_high[racks, None]
+        run = nl * m_l + nh * m_h + np.sqrt(nl * s_l**2 + nh * s_h**2) * self.z[a:b, racks].T
+        run = np.minimum(run, nl * self.ceiling[lc][:, None] + nh * self.ceiling[hc][:, None]) + tr.other_w[racks, None]
+        halt = (nl + nh) * self.bmean[None, a:b] + tr.other_brake_w[racks, None]
         return np.where(braked[:, None], halt, run).T
 
     def scan(self, node_w, a: int, frozen):
@@ -229,9 +230,17 @@ def simulate(tree: Tree, mean: np.ndarray, std: np.ndarray, braked_mean: np.ndar
     return Outcome(rack_w, lv_hist, br_hist, s.brakes, s.escalations)
 
 
-def uncapped_rack_power(tree: Tree, mean: np.ndarray, std: np.ndarray, z: np.ndarray,
-                        ceiling: np.ndarray | None = None) -> np.ndarray:
-    """(T, R) rack power with no policy and no brake: every server at full clock."""
+def uncapped_row_power(tree: Tree, mean: np.ndarray, std: np.ndarray, z: np.ndarray,
+                       ceiling: np.ndarray | None = None, row: int = 0, block: int = 8192) -> np.ndarray:
+    """(T,) power of row ``row`` with no policy and no brake: every server at full clock, the row's
+    racks summed in index order. Only that row's racks are computed, ``block`` steps at a time, so
+    the memory is (block, racks in the row) whatever the cluster's size."""
     s = _Sim(tree, mean, std, mean[BRAKE], z, 0, 1, ceiling)
-    R = tree.racks
-    return s.rack_power(0, z.shape[0], np.zeros(R, int), np.zeros(R, bool))
+    racks = np.flatnonzero(tree.row_of == row)
+    T = z.shape[0]
+    out = np.empty(T)
+    level, braked = np.zeros(racks.size, int), np.zeros(racks.size, bool)
+    for a in range(0, T, block):
+        b = min(T, a + block)
+        out[a:b] = np.cumsum(s.rack_power(a, b, level, braked, racks), axis=1)[:, -1]
+    return out

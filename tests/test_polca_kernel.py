@@ -1,0 +1,59 @@
+"""POLCA's power simulation: the row-only uncapped power against an independent by-hand sum."""
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.designs import power_sim as ps
+
+
+def _case(seed: int, racks: int = 3, rows: int = 2, steps: int = 50):
+    """A small random hierarchy: ``racks`` racks per row, loads that cross every budget now and then."""
+    rng = np.random.default_rng(seed)
+    R = racks * rows
+    n_low, n_high = rng.integers(0, 4, R), rng.integers(1, 4, R)
+    other = np.where(rng.random(R) < 0.3, rng.uniform(2000, 6000, R), 0.0)
+    cap = np.concatenate([np.full(R, 6.5 * 6000.0), np.full(rows, racks * 4.2 * 6000.0), [R * 3.6 * 6000.0]])
+    tree = ps.Tree(row_of=np.repeat(np.arange(rows), racks), n_low=n_low, n_high=n_high, other_w=other,
+                   other_brake_w=other * 0.3, cap_w=cap, t1=np.full(cap.size, 0.8), t2=np.full(cap.size, 0.89),
+                   hysteresis=0.05)
+    base = rng.uniform(3000, 6000, steps)
+    mean = np.stack([base, base * 0.9, base * 0.8, base * 0.95, np.full(steps, 1800.0)])
+    std = np.stack([base * 0.1, base * 0.08, base * 0.07, base * 0.09, np.zeros(steps)])
+    z = rng.standard_normal((steps, R))
+    ceiling = np.array([6300.0, 5800.0, 5000.0, 6000.0, np.inf])   # full clock clips the largest bursts
+    return tree, mean, std, mean[ps.BRAKE], z, ceiling
+
+
+def _uncapped_nodes_by_hand(tree, mean, std, z, ceiling):
+    """(T, nodes) power with every server at full clock: each rack's servers and other load, then
+    every row's and the cluster's racks added one by one in rack order."""
+    T, R = z.shape
+    W = int(tree.row_of.max()) + 1
+    out, clipped = np.zeros((T, R + W + 1)), 0
+    for t in range(T):
+        for r in range(R):
+            nl, nh = int(tree.n_low[r]), int(tree.n_high[r])
+            m, s = float(mean[ps.FULL, t]), float(std[ps.FULL, t])
+            p = nl * m + nh * m + math.sqrt(nl * (s * s) + nh * (s * s)) * float(z[t, r])
+            most = nl * float(ceiling[ps.FULL]) + nh * float(ceiling[ps.FULL])
+            clipped += p > most
+            p = min(p, most) + float(tree.other_w[r])
+            out[t, r] = p
+            out[t, R + tree.row_of[r]] += p
+            out[t, -1] += p
+    return out, clipped
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("row", [0, 1])
+def test_uncapped_row_power_is_that_rows_column_of_the_full_computation(seed, row):
+    tree, mean, std, _, z, ceiling = _case(seed)
+    full, clipped = _uncapped_nodes_by_hand(tree, mean, std, z, ceiling)
+    assert clipped > 0                                                   # the ceiling is exercised
+    for block in (7, 50, 8192):                                          # blocks that split T and that do not
+        got = ps.uncapped_row_power(tree, mean, std, z, ceiling, row=row, block=block)
+        np.testing.assert_array_equal(got, full[:, tree.racks + row])
+    other = ps.uncapped_row_power(tree, mean, std, z, ceiling, row=1 - row)
+    assert not np.array_equal(other, full[:, tree.racks + row])          # the row really is chosen
