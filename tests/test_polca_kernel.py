@@ -57,3 +57,17 @@ def test_uncapped_row_power_is_that_rows_column_of_the_full_computation(seed, ro
         np.testing.assert_array_equal(got, full[:, tree.racks + row])
     other = ps.uncapped_row_power(tree, mean, std, z, ceiling, row=1 - row)
     assert not np.array_equal(other, full[:, tree.racks + row])          # the row really is chosen
+
+
+@pytest.mark.parametrize("row_of", [[0, 0, 0, 1, 1, 1], [0, 1, 0, 1, 1, 0], [0, 0, 0, 0, 1, 1]])
+def test_node_power_adds_racks_in_rack_order(row_of):
+    tree, mean, std, bmean, z, ceiling = _case(5)
+    tree = ps.Tree(**{**tree.__dict__, "row_of": np.array(row_of)})
+    rack_w = np.random.default_rng(1).uniform(1e3, 3e4, (40, 6)) * 10.0 ** np.arange(6)   # magnitudes that round
+    got = ps._Sim(tree, mean, std, bmean, z, 0, 1, ceiling).node_power(rack_w)
+    for t in range(40):
+        rows, cluster = [0.0, 0.0], 0.0
+        for r in range(6):
+            rows[row_of[r]] += rack_w[t, r]
+            cluster += rack_w[t, r]
+        assert got[t].tolist() == rack_w[t].tolist() + rows + [cluster]

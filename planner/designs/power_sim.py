@@ -108,16 +108,23 @@ def _trajectory(p, target0, t1, t2, h):
     return np.where(v == 1, 1, np.where(v == 0, np.where(since(c3), 1, 0), np.where(since(c1), 1, 2)))
 
 
+def _thresholds(tree: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(N,) which nodes have a budget (and so a policy and a brake), and T1, T2, hysteresis in W."""
+    policy = np.isfinite(tree.cap_w)
+    cap = np.where(policy, tree.cap_w, 0.0)
+    return policy, cap * tree.t1, cap * tree.t2, cap * tree.hysteresis
+
+
 class _Sim:
     def __init__(self, tree: Tree, mean, std, braked_mean, z, delay: int, brake: int, ceiling=None):
         self.t, self.mean, self.std, self.bmean, self.z = tree, mean, std, braked_mean, z
         self.ceiling = np.full(5, np.inf) if ceiling is None else np.asarray(ceiling, float)
         self.delay, self.brake_len = delay, brake
-        self.A = tree.membership()
-        N = self.A.shape[1]
-        self.policy = np.isfinite(tree.cap_w)
-        cap = np.where(self.policy, tree.cap_w, 0.0)
-        self.t1w, self.t2w, self.hw = cap * tree.t1, cap * tree.t2, cap * tree.hysteresis
+        self.up = tree.racks + tree.row_of                  # (R,) each rack's row node
+        R, W = tree.racks, tree.rows
+        self.even_rows = R % W == 0 and np.array_equal(tree.row_of, np.repeat(np.arange(W), R // W))
+        N = R + W + 1
+        self.policy, self.t1w, self.t2w, self.hw = _thresholds(tree)
         self.target = np.zeros(N, int)
         self.applied = np.zeros(N, int)
         self.due = np.full(N, -1)
@@ -129,11 +136,11 @@ class _Sim:
         """Per rack: capping level and braked flag at step ``i``; per node: frozen (it or a node
         above it brakes: its reading is the brake's, not the load's)."""
         braking = self.brake_until > i
-        rack_braked = (self.A * braking).max(axis=1) > 0
-        level = (self.A * self.applied).max(axis=1).astype(int)
         R, W = self.t.racks, self.t.rows
+        rack_braked = braking[:R] | braking[self.up] | braking[-1]
+        level = np.maximum(np.maximum(self.applied[:R], self.applied[self.up]), self.applied[-1])
         frozen = braking.copy()
-        frozen[:R] |= braking[R + self.t.row_of] | braking[-1]
+        frozen[:R] = rack_braked
         frozen[R:R + W] |= braking[-1]
         return level, rack_braked, frozen
 
@@ -142,13 +149,31 @@ class _Sim:
         array; ``level`` and ``braked`` then per listed rack) only those racks' columns."""
         tr = self.t
         lc, hc = LOW_CLOCK[level], HIGH_CLOCK[level]
-        m_l, m_h = self.mean[lc, a:b], self.mean[hc, a:b]            # (R, w)
-        s_l, s_h = self.std[lc, a:b], self.std[hc, a:b]
-        nl, nh = tr.n_low[racks, None], tr.n_high[racks, None]
-        run = nl * m_l + nh * m_h + np.sqrt(nl * s_l**2 + nh * s_h**2) * self.z[a:b, racks].T
-        run = np.minimum(run, nl * self.ceiling[lc][:, None] + nh * self.ceiling[hc][:, None]) + tr.other_w[racks, None]
-        halt = (nl + nh) * self.bmean[None, a:b] + tr.other_brake_w[racks, None]
-        return np.where(braked[:, None], halt, run).T
+        m_l, m_h = self.mean[lc, a:b].T, self.mean[hc, a:b].T        # (w, R)
+        s_l, s_h = self.std[lc, a:b].T, self.std[hc, a:b].T
+        nl, nh = tr.n_low[racks], tr.n_high[racks]
+        run = nl * m_l + nh * m_h + np.sqrt(nl * s_l**2 + nh * s_h**2) * self.z[a:b, racks]
+        run = np.minimum(run, nl * self.ceiling[lc] + nh * self.ceiling[hc]) + tr.other_w[racks]
+        if not braked.any():
+            return run
+        halt = (nl + nh) * self.bmean[a:b, None] + tr.other_brake_w[racks]
+        return np.where(braked, halt, run)
+
+    def node_power(self, rack_w) -> np.ndarray:
+        """(w, N) power of every node from (w, R) rack power: a rack its own, a row and the cluster
+        their racks added one by one in rack order (cumsum: a fixed order that the compiled kernel
+        repeats; BLAS's order changes with the shape of the product)."""
+        tr, w = self.t, rack_w.shape[0]
+        R, W = tr.racks, tr.rows
+        out = np.empty((w, R + W + 1))
+        out[:, :R] = rack_w
+        if self.even_rows:                  # rows of R / W racks in rack order: one cumsum
+            out[:, R:R + W] = np.cumsum(rack_w.reshape(w, W, R // W), axis=2)[:, :, -1]
+        else:
+            for k in range(W):
+                out[:, R + k] = np.cumsum(rack_w[:, tr.row_of == k], axis=1)[:, -1]
+        out[:, -1] = np.cumsum(rack_w, axis=1)[:, -1]
+        return out
 
     def scan(self, node_w, a: int, frozen):
         """The controllers over a chunk with the clocks fixed: (first step, relative to ``a``,
@@ -179,14 +204,14 @@ class _Sim:
 
     def process(self, i: int, rack_w_row, level, braked, frozen):
         """Run step ``i``'s brake and controller; return the step's delivered rack power."""
-        node_w = rack_w_row @ self.A
+        node_w = self.node_power(rack_w_row[None, :])[0]
         trig = self.policy & ~frozen & (node_w > self.t.cap_w)
         if trig.any():
             self.brake_until[trig] = i + self.brake_len
             self.brakes[trig] += 1
             level, braked, frozen = self.config(i)
             rack_w_row = self.rack_power(i, i + 1, level, braked)[0]
-            node_w = rack_w_row @ self.A
+            node_w = self.node_power(rack_w_row[None, :])[0]
         live = self.policy & ~frozen
         want = _want(node_w, self.target, self.t1w, self.t2w, self.hw)
         change = live & (want != self.target)
@@ -215,7 +240,7 @@ def simulate(tree: Tree, mean: np.ndarray, std: np.ndarray, braked_mean: np.ndar
         ending = s.brake_until[s.brake_until > a]              # a brake ending changes the clocks there
         b = int(min(T, a + chunk, ending.min() if ending.size else T))
         w = s.rack_power(a, b, level, braked)
-        k, s.target, s.due = s.scan(w @ s.A, a, frozen)
+        k, s.target, s.due = s.scan(s.node_power(w), a, frozen)
         if k is None:
             rack_w[a:b], lv_hist[a:b], br_hist[a:b] = w, level, braked
             chunk = min(chunk * 2, 16384)
