@@ -1,4 +1,5 @@
-"""POLCA's power simulation: the row-only uncapped power against an independent by-hand sum."""
+"""POLCA's power simulation: the row-only uncapped power against an independent by-hand sum; the
+per-step controller kernel (uncompiled and numba-compiled) against the event-jumping numpy path."""
 
 import math
 
@@ -71,3 +72,67 @@ def test_node_power_adds_racks_in_rack_order(row_of):
             rows[row_of[r]] += rack_w[t, r]
             cluster += rack_w[t, r]
         assert got[t].tolist() == rack_w[t].tolist() + rows + [cluster]
+
+
+def _outcomes_equal(a: ps.Outcome, b: ps.Outcome) -> None:
+    for field in ("rack_w", "level", "braked", "brakes", "escalations"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+def _busy(seed: int):
+    """A random case whose budgets are tight enough that every level brakes: caps at 95% (racks),
+    93% (rows) and 90% (cluster) of each node's uncapped peak, bursts twice as large."""
+    tree, mean, std, bmean, z, ceiling = _case(seed, racks=3, rows=2, steps=400)
+    std = std * 2
+    peak = _uncapped_nodes_by_hand(tree, mean, std, z, ceiling)[0].max(axis=0)
+    cap = peak * np.array([0.95, 0.93, 0.90])[tree.level_of_node()]
+    return ps.Tree(**{**tree.__dict__, "cap_w": cap}), mean, std, bmean, z, ceiling
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("delay,brake", [(0, 1), (3, 2), (7, 5)])
+def test_python_kernel_equals_the_numpy_path(seed, delay, brake):
+    from planner.designs import power_kernel
+
+    tree, mean, std, bmean, z, ceiling = _busy(seed)
+    ref = ps.simulate(tree, mean, std, bmean, z, delay, brake, ceiling, simulator="python")
+    lvl = tree.level_of_node()
+    assert all(ref.brakes[lvl == k].sum() > 0 for k in (0, 1, 2))        # every level brakes ...
+    assert ref.escalations[lvl == 0].sum() > 0                           # ... and racks cap
+    got = ps._simulate_kernel(power_kernel.controllers, tree, mean, std, bmean, z, delay, brake, ceiling)
+    _outcomes_equal(got, ref)
+
+
+def test_python_kernel_follows_a_changed_policy():
+    # the comparison above can fail: a kernel whose hysteresis is off gives other targets
+    from planner.designs import power_kernel
+
+    tree, mean, std, bmean, z, ceiling = _busy(0)
+    ref = ps.simulate(tree, mean, std, bmean, z, 3, 2, ceiling)
+    loose = ps.Tree(**{**tree.__dict__, "hysteresis": 0.02})
+    got = ps._simulate_kernel(power_kernel.controllers, loose, mean, std, bmean, z, 3, 2, ceiling)
+    assert not np.array_equal(got.level, ref.level)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_numba_kernel_equals_python_kernel(seed):
+    pytest.importorskip("numba")
+    from planner.designs import power_kernel
+
+    tree, mean, std, bmean, z, ceiling = _busy(seed)
+    py = ps._simulate_kernel(power_kernel.controllers, tree, mean, std, bmean, z, 3, 2, ceiling)
+    _outcomes_equal(ps.simulate(tree, mean, std, bmean, z, 3, 2, ceiling, simulator="numba"), py)
+    _outcomes_equal(ps.simulate(tree, mean, std, bmean, z, 3, 2, ceiling, simulator="auto"), py)
+
+
+def test_python_mode_never_imports_numba():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from planner.designs import power_sim as ps; "
+            "t = ps.Tree(np.zeros(1, int), np.ones(1, int), np.ones(1, int), np.zeros(1), np.zeros(1), "
+            "np.array([1e4, np.inf, np.inf]), np.full(3, .8), np.full(3, .89), .05); "
+            "m = np.full((5, 20), 3e3); ps.simulate(t, m, m * 0, m[4], np.zeros((20, 1)), 2, 1, simulator='python'); "
+            "ps.uncapped_row_power(t, m, m * 0, np.zeros((20, 1))); print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

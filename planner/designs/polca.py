@@ -310,6 +310,7 @@ def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: En
     cap_rate = np.array([float(np.nanmax(np.where(curves[f].rho[0] < 1, curves[f].rate[0], np.nan))) for f in fr])
     ctx = _Context(spec, budget, rate, mean, std, braked, z, e2e, cap_rate, server)
     ctx.ceiling = np.array([server.ceiling_w(f) for f in fr])
+    ctx.simulator = engine.simulator
     levels, series = [], {}
     for x in spec.oversubscription:
         lv, hourly = _run_level(ctx, x)
@@ -348,6 +349,8 @@ def _calibrate(row_peak, capacity: float, target: float, budget: float, notes: l
 
 class _Context:
     """Everything a sweep level needs, computed once."""
+
+    simulator = "python"                # Engine.simulator of the controllers' loop
 
     def __init__(self, spec, budget, rate, mean, std, braked, z, e2e, cap_rate, server):
         self.spec, self.budget, self.rate, self.mean, self.std = spec, budget, rate, mean, std
@@ -417,7 +420,7 @@ def _run_level(ctx: _Context, x: float) -> tuple[Level, list]:
     _check_brakeable(ctx, tree)
     dt = spec.step_s
     out = ps.simulate(tree, ctx.mean, ctx.std, ctx.braked, ctx.z, int(round(spec.actuation_delay_s / dt)),
-                      int(round(spec.brake_s / dt)), ctx.ceiling)
+                      int(round(spec.brake_s / dt)), ctx.ceiling, ctx.simulator)
     A, lvl = tree.membership(), tree.level_of_node()
     node_w = out.rack_w @ A
     demand = ps.uncapped_row_power(tree, ctx.mean, ctx.std, ctx.z, ctx.ceiling, row=0)

@@ -225,10 +225,18 @@ class _Sim:
 
 
 def simulate(tree: Tree, mean: np.ndarray, std: np.ndarray, braked_mean: np.ndarray, z: np.ndarray,
-             delay_steps: int, brake_steps: int, ceiling: np.ndarray | None = None) -> Outcome:
+             delay_steps: int, brake_steps: int, ceiling: np.ndarray | None = None,
+             simulator: str = "python") -> Outcome:
     """Step the policy over ``T`` steps. ``mean``/``std``: (5, T) per-server power at each clock
     (rows FULL, T1_LOW, T2_LOW, T2_HIGH, BRAKE), ``braked_mean`` (T,), ``z``: (T, R) normals,
-    ``ceiling`` (5,): the most one server can draw at each clock (bursts are clipped there)."""
+    ``ceiling`` (5,): the most one server can draw at each clock (bursts are clipped there).
+    ``simulator``: as ``Engine.simulator``; numba runs the compiled per-step kernel
+    (``designs.power_kernel``), python the event-jumping numpy path below; the same numbers."""
+    from planner.designs import power_kernel
+
+    run = power_kernel.kernel(simulator)
+    if run is not None:
+        return _simulate_kernel(run, tree, mean, std, braked_mean, z, delay_steps, max(1, brake_steps), ceiling)
     T, R = z.shape
     s = _Sim(tree, mean, std, braked_mean, z, delay_steps, max(1, brake_steps), ceiling)
     rack_w = np.empty((T, R))
@@ -253,6 +261,23 @@ def simulate(tree: Tree, mean: np.ndarray, std: np.ndarray, braked_mean: np.ndar
         chunk = 32
         a = stop + 1
     return Outcome(rack_w, lv_hist, br_hist, s.brakes, s.escalations)
+
+
+def _simulate_kernel(run, tree: Tree, mean, std, braked_mean, z, delay: int, brake: int, ceiling) -> Outcome:
+    """``simulate`` by the per-step kernel ``run`` (``power_kernel.controllers``, compiled or not)."""
+    T, R = z.shape
+    N = tree.cap_w.size
+    policy, t1w, t2w, hw = _thresholds(tree)
+    rack_w, lv, br = np.empty((T, R)), np.zeros((T, R), np.int8), np.zeros((T, R), bool)
+    brakes, escalations = np.zeros(N, np.int64), np.zeros(N, np.int64)
+    f64, i64 = np.float64, np.int64
+    ceil = np.full(5, np.inf) if ceiling is None else np.asarray(ceiling, f64)
+    arrays = [np.ascontiguousarray(x, dt) for x, dt in (
+        (tree.row_of, i64), (tree.n_low, i64), (tree.n_high, i64), (tree.other_w, f64), (tree.other_brake_w, f64),
+        (tree.cap_w, f64), (policy, bool), (t1w, f64), (t2w, f64), (hw, f64), (mean, f64), (std, f64),
+        (braked_mean, f64), (z, f64), (ceil, f64), (LOW_CLOCK, i64), (HIGH_CLOCK, i64))]
+    run(*arrays, int(delay), int(brake), rack_w, lv, br, brakes, escalations)
+    return Outcome(rack_w, lv, br, brakes, escalations)
 
 
 def uncapped_row_power(tree: Tree, mean: np.ndarray, std: np.ndarray, z: np.ndarray,
