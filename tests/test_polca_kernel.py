@@ -136,3 +136,27 @@ def test_python_mode_never_imports_numba():
             "ps.uncapped_row_power(t, m, m * 0, np.zeros((20, 1))); print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_performance_by_hand():
+    # 3 steps x 2 racks: rack 0 (2 high, 1 low priority) runs at level 2 in step 1 and is braked in
+    # step 2; rack 1 (1 high, 3 low) stays at full clock; the P99 latency at T2_HIGH is unknown (inf)
+    from planner.designs.polca import _Context, _performance
+
+    rate = np.array([1.0, 2.0, 0.5])
+    e2e = np.zeros((2, 5, 3))
+    e2e[:, ps.FULL] = [[2.0, 2.0, 2.0], [4.0, 4.0, 4.0]]
+    e2e[:, ps.T2_HIGH] = [[3.0, 3.0, 3.0], [np.inf, np.inf, np.inf]]
+    e2e[:, ps.BRAKE] = [[10.0, 10.0, 10.0], [20.0, 20.0, 20.0]]
+    cap_rate = np.array([3.0, 2.5, 1.5, 2.8, 0.2])           # per clock: FULL, T1_LOW, T2_LOW, T2_HIGH, BRAKE
+    ctx = _Context(None, None, rate, None, None, None, None, e2e, cap_rate, None)
+    tree = ps.Tree(np.zeros(2, int), np.array([1, 3]), np.array([2, 1]), None, None, None, None, None, 0.05)
+    out = ps.Outcome(None, np.array([[0, 0], [2, 0], [0, 0]], np.int8), np.array([[0, 0], [0, 0], [1, 0]], bool),
+                     None, None)
+    p50, p99, lost = _performance(ctx, tree, out)
+    # high-priority weight = rate x servers: step 1 rack 0 at T2_HIGH (3/2 - 1), step 2 rack 0 braked (10/2 - 1)
+    assert p50 == pytest.approx((2 * 2.0 * 0.5 + 2 * 0.5 * 4.0) / (2 * 1 + 1 * 1 + 2 * 2 + 1 * 2 + 2 * 0.5 + 1 * 0.5))
+    # P99 at T2_HIGH is unknown: that pair drops out of the weights
+    assert p99 == pytest.approx((2 * 0.5 * 4.0) / (2 * 1 + 1 * 1 + 1 * 2 + 2 * 0.5 + 1 * 0.5))
+    # low priority: step 1 rack 0 at T2_LOW serves 1.5 of 2 req/s; step 2 rack 0 braked serves 0.2 of 0.5
+    assert lost == pytest.approx((1 * 0.5 + 1 * 0.3) / (4 * 1.0 + 4 * 2.0 + 4 * 0.5))
