@@ -48,6 +48,9 @@ def test_policy_behaviour_is_monotone_and_safe(row):
     ("brake_mhz", 2000, r"design\.brake_mhz: a capped clock must lie in \(0, max_clock_mhz = 1410\]"),
     ("t2_low_mhz", 200, r"design\.brake_mhz: the power brake \(288 MHz\) must clock at or below"),
     ("oversubscription", [], r"design\.oversubscription: expected a non-empty list"),
+    # a delay or brake of 1e19 s used to overflow the controllers' int64 step counts (a traceback)
+    ("actuation_delay_s", 1e19, r"design\.actuation_delay_s: Input should be less than or equal to 86400"),
+    ("brake_s", 1e19, r"design\.brake_s: Input should be less than or equal to 86400"),
 ])
 def test_unphysical_server_or_policy_is_a_located_error(field, value, match):
     """A host idling above its server's provisioned power, thresholds out of order, or a clock

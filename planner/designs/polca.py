@@ -97,8 +97,10 @@ class PolcaSpec(Frozen):
     t2_low_mhz: float = 1110
     t2_high_mhz: float = 1305
     hysteresis: float = 0.05
-    actuation_delay_s: float = Field(40, ge=0)
-    brake_s: float = Field(5, gt=0)
+    actuation_delay_s: float = Field(40, ge=0, le=86_400, description="time from a controller's decision to "
+                                     "the new clocks (POLCA: out-of-band, up to 40 s); at most a day")
+    brake_s: float = Field(5, gt=0, le=86_400, description="how long the power brake holds the GPUs at "
+                           "brake_mhz (POLCA: seconds); at most a day")
     brake_mhz: float = 288
     oversubscription: list[float] = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5]
     max_hp_p50_impact: float = 0.01
