@@ -61,3 +61,14 @@ def test_milp_matches_brute_force_on_a_small_case():
         if ok:
             best = cost
     assert r.usd_per_h == pytest.approx(best)
+
+
+def test_a_demand_below_the_solvers_tolerance_still_takes_one_instance():
+    """At 1e-6 req/s each bucket needs ~1e-7 of an instance, within HiGHS's feasibility tolerance:
+    the MILP answered an empty fleet at $0/h (and the saving divided by a zero single-type cost).
+    Any demand takes one instance: the fleet is one of the cheapest type, as serving it alone."""
+    scn = load_scenario(SCN, ["workload.rate=1e-6"])
+    r = run_scenario(scn)
+    assert sum(r.instances.values()) == 1
+    assert r.usd_per_h == pytest.approx(min(r.best_single.values())) and r.usd_per_h > 0
+    assert r.saving_vs_best_single == pytest.approx(0.0)

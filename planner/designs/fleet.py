@@ -185,7 +185,7 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
         usd_per_h=total, best_single=single,
         capacity={hw: cap[h].tolist() for h, hw in enumerate(hardware) if usable[h]},
         instance_usd_per_h={hw: float(price[h]) for h, hw in enumerate(hardware) if usable[h]},
-        saving_vs_best_single=1 - total / best_single if single else float("nan"),
+        saving_vs_best_single=_saving(total, best_single),
         sweep=sweep, max_saving=max(savings) if savings else None,
         saving_range=[min(savings), max(worst)] if savings else [])
 
@@ -218,9 +218,17 @@ def _solve(lam, cap, price, usable, hardware, available) -> tuple[np.ndarray, np
         for b in range(B):
             if cap[h, b] <= 0:
                 upper[H + h * B + b] = 0.0
+    # a type that takes any share of a bucket runs at least one instance (y_hb <= x_h): implied by the
+    # capacity rows in exact arithmetic, but a demand below the solver's feasibility tolerance (1e-6
+    # of an instance) would otherwise be served by none
+    A_link = np.zeros((H * B, nv))
+    for h in range(H):
+        A_link[h * B:(h + 1) * B, h] = -1.0
+        A_link[h * B:(h + 1) * B, H + h * B:H + (h + 1) * B] = np.eye(B)
     res = milp(c_obj, integrality=np.concatenate([np.ones(H), np.zeros(H * B)]),
                bounds=Bounds(np.zeros(nv), upper),
-               constraints=[LinearConstraint(A_route, 1.0, 1.0), LinearConstraint(A_cap, -np.inf, 0.0)])
+               constraints=[LinearConstraint(A_route, 1.0, 1.0), LinearConstraint(A_cap, -np.inf, 0.0),
+                            LinearConstraint(A_link, -np.inf, 0.0)])
     if not res.success:
         raise InfeasibleError(f"no fleet within the availability limits serves every bucket within the SLOs "
                               f"({res.message})")
@@ -232,7 +240,7 @@ def _singles(lam, cap, price, usable, hardware, available) -> dict[str, float]:
     single = {}
     for h, hw_name in enumerate(hardware):
         if usable[h] and np.all(cap[h] > 0):
-            need = np.ceil(np.sum(lam / cap[h]) - 1e-9)
+            need = max(np.ceil(np.sum(lam / cap[h]) - 1e-9), 1.0)   # any demand takes one instance
             if need <= available.get(hw_name, np.inf):
                 single[hw_name] = float(price[h] * need)
     return single
@@ -248,5 +256,11 @@ def _sweep_point(rate, shares, cap, price, usable, hardware, available) -> Sweep
     worst = max(single.values()) if single else float("nan")
     return SweepPoint(rate=rate, usd_per_h=total, instances={hw: int(x[h]) for h, hw in enumerate(hardware) if x[h]},
                       best_single=name, best_single_usd_per_h=best,
-                      saving_vs_best_single=1 - total / best if single else float("nan"),
-                      saving_vs_worst_single=1 - total / worst if single else float("nan"), single_usd_per_h=single)
+                      saving_vs_best_single=_saving(total, best), saving_vs_worst_single=_saving(total, worst),
+                      single_usd_per_h=single)
+
+
+def _saving(total: float, single: float) -> float:
+    """1 - fleet / single-type cost; NaN where no single type serves the mix (or it costs nothing:
+    a demand so small that no instance is needed)."""
+    return 1 - total / single if single > 0 else float("nan")
