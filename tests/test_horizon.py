@@ -193,6 +193,21 @@ def test_scale_up_delay_costs_attainment_and_a_floor_restores_it():
     assert safe_floor(sd, 1.0, spec, 1800.0, 5) == 30
 
 
+@pytest.mark.parametrize("delay_s", [1e19, float("inf")])
+def test_a_replica_that_never_boots_within_the_run(delay_s):
+    """A scale-up delay longer than the run (a 1e19 s provisioning time, or a weight load at 1e-300
+    B/s: inf) is a replica that never arrives: the first hour's replica serves it all, as with a
+    delay of exactly the run's length plus one step; it used to allocate a list of 1e17 slots."""
+    rates = np.array([1.0, 1.0, 30.0, 30.0, 2.0])
+    spec = AutoscaleSpec(scale_down_delay_s=delay_s, min_replicas=1, target_utilization=1.0)
+    sd = step_demand(rates, np.ones(5), np.ones(1), 60, 0)
+    never = simulate(sd, 1.0, spec, delay_s, periods=5)
+    edge = simulate(sd, 1.0, spec.model_copy(update={"scale_down_delay_s": 301 * 60.0}), 301 * 60.0, periods=5)
+    assert np.array_equal(never.replicas, edge.replicas) and np.array_equal(never.paid, edge.paid)
+    assert never.replicas.max() == 1                             # nobody arrives, nobody leaves
+    assert never.hourly_attainment[2] == pytest.approx(1 / 30)
+
+
 def test_step_demand_keeps_each_hour_mean():
     f = minute_factors("azure-conv-2023")
     sd = step_demand(np.array([4.0, 9.0]), np.ones(2), f, 60, 3)

@@ -101,13 +101,19 @@ def _whole(rate: np.ndarray, per_replica: float) -> np.ndarray:
     return np.where(rate > 0, np.maximum(np.ceil(rate / per_replica * (1 - 1e-9)), 1), 0)
 
 
+def _steps(periods: float, T: int) -> int:
+    """Whole steps of a delay, at most ``T + 1``: a replica that boots, or a surplus that waits, longer
+    than the run does the same as one that never does (also for delays of 1e19 s or inf)."""
+    return T + 1 if periods >= T + 1 else int(math.ceil(periods - 1e-9))
+
+
 def simulate(sd: StepDemand, capacity: float, spec: AutoscaleSpec, delay_s: float, floor: int = 0,
              periods: int | None = None) -> AutoscaleRun:
     """Run the reactive policy over ``sd`` (see the module docstring)."""
     lam = sd.rate
     T = lam.size
-    up = int(math.ceil(delay_s / sd.step_s - 1e-9))
-    down = int(math.ceil(spec.scale_down_delay_s / sd.step_s - 1e-9))
+    up = _steps(delay_s / sd.step_s, T)
+    down = _steps(spec.scale_down_delay_s / sd.step_s, T)
     lo = max(spec.min_replicas, floor)
     hi = spec.max_replicas if spec.max_replicas is not None else 1 << 40
     hi = max(hi, lo)
