@@ -223,10 +223,11 @@ def headline(result) -> dict:
         head |= {"best": f"{top.mode} {top.hardware} {top.layout} {top.weight_dtype}",
                  "tokens_per_s_per_gpu": top.tokens_per_s_per_gpu, "tokens_per_s_per_user": top.tokens_per_s_per_user}
     elif d == "splitwise":
-        top = max(result.rows, key=lambda r: r.max_rate)
-        head |= {"best": top.name, "max_rate": top.max_rate, "usd_per_h": top.usd_per_h,
-                 "provisioned_power_w": top.provisioned_power_w,
-                 "goodput_req_per_s_per_gpu": top.max_rate / top.accelerators}
+        top = max(result.rows, key=lambda r: r.max_rate, default=None)    # none: a search that found no split
+        head |= {"best": None, "max_rate": 0.0} if top is None else {
+            "best": top.name, "max_rate": top.max_rate, "usd_per_h": top.usd_per_h,
+            "provisioned_power_w": top.provisioned_power_w,
+            "goodput_req_per_s_per_gpu": top.max_rate / top.accelerators}
     elif d == "distserve":
         top = result.best[0]
         head |= {"best": f"{top.placement} {top.layout}", "goodput_req_per_s_per_gpu": top.goodput_per_gpu}

@@ -139,7 +139,7 @@ def test_directory_as_scenario(tmp_path):
 
 
 # -- 2. values -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "true", "-5", "0"])
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "true", "-5", "0", "1e-300"])
 def test_rate_must_be_finite_positive_number(tmp_path, value):
     p = _scenario(tmp_path, BASE.replace("rate: 5", f"rate: {value}"))
     _bad(_plan(p), f"{p}:4 workload.rate")
@@ -164,6 +164,38 @@ def test_fleet_available_unknown_hardware_did_you_mean(tmp_path):
 def test_cv_with_poisson_arrivals_rejected(tmp_path):
     p = _scenario(tmp_path, BASE.replace("  rate: 5\n", "  rate: 5\n  arrival: {process: poisson, cv: 3}\n"))
     _bad(_plan(p), f"{p}:5 workload.arrival.cv", "gamma")
+
+
+@pytest.mark.parametrize("cv", ["1e-300", "1e19"])
+def test_gamma_cv_out_of_range_rejected(tmp_path, cv):
+    """cv 1e-300 divided by zero in the arrival draw (a traceback); both ends are now located errors."""
+    p = _scenario(tmp_path, BASE.replace("  rate: 5\n", f"  rate: 5\n  arrival: {{process: gamma, cv: {cv}}}\n"))
+    _bad(_plan(p), f"{p}:5 workload.arrival.cv")
+
+
+@pytest.mark.parametrize("setting,field", [
+    ("design.link.bandwidth_gbps=1e-300", "design.link.bandwidth_gbps"),
+    ("design.link.efficiency=1e-300", "design.link.efficiency"),
+    ("design.link.bandwidth_cv=1e300", "design.link.bandwidth_cv"),
+    ("design.bandwidth_sweep_gbps=[0]", "design.bandwidth_sweep_gbps.0"),
+    ("design.bandwidth_sweep_gbps=[-5]", "design.bandwidth_sweep_gbps.0"),
+])
+def test_prfaas_link_out_of_range_is_located(setting, field):
+    """Each overflowed or divided by zero inside the throughput model (or, for a negative sweep
+    bandwidth, was planned silently); now refused where it is given."""
+    r = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "prfaas-case-study.yaml"), "--json", "--set", setting])
+    _bad(r, field)
+
+
+def test_splitwise_search_that_finds_nothing_is_an_answer():
+    """A search with no baselines whose SLO no split meets has no rows; the headline's max() over
+    them raised ValueError. Now the plan says so and how to fix it."""
+    r = runner.invoke(app, ["plan", str(ROOT / "scenarios" / "distserve-chatbot-splitwise.yaml"), "--json",
+                            "--set", "slo.ttft_s.p90=1e-9"])
+    assert r.exit_code == 0, (r.stdout, r.stderr)
+    out = json.loads(r.stdout)
+    assert out["rows"] == []
+    assert "no split of the searched pairs" in out["verdicts"][0] and "loosen the SLOs" in out["verdicts"][0]
 
 
 def test_a_design_without_its_type_says_which_key_is_missing(tmp_path):

@@ -51,6 +51,7 @@ def test_policy_behaviour_is_monotone_and_safe(row):
     # a delay or brake of 1e19 s used to overflow the controllers' int64 step counts (a traceback)
     ("actuation_delay_s", 1e19, r"design\.actuation_delay_s: Input should be less than or equal to 86400"),
     ("brake_s", 1e19, r"design\.brake_s: Input should be less than or equal to 86400"),
+    ("days", 1e-300, r"design\.days: expected at least ten minutes of simulated load"),  # was: no steps
 ])
 def test_unphysical_server_or_policy_is_a_located_error(field, value, match):
     """A host idling above its server's provisioned power, thresholds out of order, or a clock

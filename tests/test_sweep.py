@@ -206,5 +206,5 @@ def test_a_bad_variant_is_named_as_the_scenario_would_name_it(tmp_path):
     f = tmp_path / "g.yaml"
     f.write_text(f"name: g\nbase: {base}\ngrid: {{workload.rate: [5, -1]}}\noutput: g.csv\n")
     with pytest.raises(InputError, match=r"variant \{'workload.rate': -1\}: workload\.rate: Input should be greater "
-                                         r"than 0, got -1$"):
+                                         r"than or equal to 0\.000001, got -1$"):
         check(load_sweep(f))

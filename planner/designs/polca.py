@@ -123,6 +123,9 @@ class PolcaSpec(Frozen):
         """Powers, thresholds and clocks that describe a server and a policy at all (each a located error)."""
         from planner.checks import located
 
+        if self.days * 86_400 < 600:
+            raise located("days", "expected at least ten minutes of simulated load (days >= 600 / 86,400), got "
+                          f"{self.days:g} days")
         if self.host_idle_w >= self.server_power_w:
             raise located("host_idle_w", f"an idle host of {self.host_idle_w:g} W does not fit a server provisioned "
                           f"for {self.server_power_w:g} W (server_power_w); expected host_idle_w < server_power_w")

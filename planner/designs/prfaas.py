@@ -20,7 +20,7 @@ and with queueing at a stated load (prefill G/G/c per site, M/G/1 link).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,10 +56,11 @@ class Site(Frozen):
 
 
 class Link(Frozen):
-    bandwidth_gbps: float = Field(gt=0, description="inter-datacenter bandwidth, Gb/s")
+    bandwidth_gbps: float = Field(ge=1e-3, description="inter-datacenter bandwidth, Gb/s (at least 1 Mb/s)")
     rtt_s: float = Field(0.01, ge=0)
-    efficiency: float = Field(0.9, gt=0, le=1, description="goodput / line rate")
-    bandwidth_cv: float = Field(0.0, ge=0, description="coefficient of variation of the available bandwidth")
+    efficiency: float = Field(0.9, ge=0.01, le=1, description="goodput / line rate")
+    bandwidth_cv: float = Field(0.0, ge=0, le=10, description="coefficient of variation of the available "
+                                "bandwidth (a share of the line rate: above 10 it no longer describes one)")
 
     @property
     def bytes_per_s(self) -> float:
@@ -79,7 +80,8 @@ class PrfaasSpec(Frozen):
     decode_tokens_per_s: float = Field(40.0, gt=0, description="per-request decode rate SLO")
     max_link_utilization: float = Field(0.8, gt=0, le=1)
     queue_load: float = Field(0.8, gt=0, lt=1, description="load (fraction of each system's max) for queued TTFT")
-    bandwidth_sweep_gbps: list[float] = []
+    bandwidth_sweep_gbps: list[Annotated[float, Field(ge=1e-3)]] = Field(
+        [], description="link bandwidths (Gb/s, each at least 1 Mb/s) to re-plan the system at")
     counterfactual_model: str | None = Field(None, description="a dense model to run the same setup with")
     simulate_requests: int = Field(0, ge=0, description="simulate the PrfaaS system at queue_load (0: skip)")
     max_link_wait_s: float = Field(5.0, ge=0, description="admission: fall back to local beyond this link backlog")

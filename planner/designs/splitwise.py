@@ -105,7 +105,8 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
 def _verdicts(baselines: list[PoolMetrics], found: list[PoolMetrics], budgets: list[str]) -> list[str]:
     """Whether the best searched split serves more than the best baseline within the budget."""
     if not found:
-        return ["no split of the searched pairs within the budget meets the SLOs"]
+        return ["no split of the searched pairs within the budget meets the SLOs: loosen the SLOs, raise "
+                "search.limit, or search other machine pairs"]
     best_base = max(baselines, key=lambda b: b.max_rate, default=None)
     if best_base is None:
         return []

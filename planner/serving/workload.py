@@ -108,7 +108,8 @@ class Arrival(Frozen):
     workload rate if one is given."""
 
     process: Literal["poisson", "gamma", "trace"] = "poisson"
-    cv: float = Field(1.0, gt=0, description="coefficient of variation of inter-arrival gaps (gamma)")
+    cv: float = Field(1.0, ge=0.01, le=100, description="coefficient of variation of inter-arrival gaps (gamma; "
+                      "0.01: nearly even gaps, 100: extreme bursts)")
 
     @model_validator(mode="after")
     def _cv_needs_gamma(self) -> Arrival:
@@ -142,8 +143,9 @@ class Workload(Frozen):
     prompt tokens found in the prefix cache: they cost no prefill compute but still occupy KV.
     """
 
-    rate: float | None = Field(None, gt=0, allow_inf_nan=False,
-                               description="requests per second (default: the trace's mean rate)")
+    rate: float | None = Field(None, ge=1e-6, allow_inf_nan=False,
+                               description="requests per second, at least 1e-6 (one request in 11.6 days; "
+                               "default: the trace's mean rate)")
     arrival: Arrival = Arrival()
     trace: str | None = None
     input: Length | None = None
