@@ -61,3 +61,14 @@ def test_unphysical_server_or_policy_is_a_located_error(field, value, match):
 
     with pytest.raises(InputError, match=match):
         load_scenario(ROOT / "scenarios" / "polca-row-a100.yaml", [f"design.{field}={value}"])
+
+
+@pytest.mark.parametrize("name", ["polca-row-a100", "polca-trace-azure"])
+def test_a_step_too_short_to_simulate_is_refused_before_any_array_is_made(name):
+    """step_s 1e-300 asked numpy for ~1e305 elements (a traceback, from the trace's resampling or
+    the diurnal grid) before the rack-step limit was checked; the limit now comes first."""
+    from planner.errors import InputError
+
+    scn = load_scenario(ROOT / "scenarios" / f"{name}.yaml", ["design.step_s=1e-300"])
+    with pytest.raises(InputError, match=r"design: \d\.\d+e\+\d+ steps x 1 racks is more rack-seconds"):
+        run_scenario(scn)

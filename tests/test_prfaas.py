@@ -107,7 +107,8 @@ def test_zero_bandwidth_is_a_clear_input_error(tmp_path):
     f.write_text(SCN.read_text().replace("bandwidth_gbps: 100", "bandwidth_gbps: 0")
                  .replace("model: models/", f"model: {ROOT}/scenarios/models/"))
     r = runner.invoke(app, ["plan", str(f)])
-    assert r.exit_code == 2 and "design.link.bandwidth_gbps" in r.stderr and "greater than or equal to 0.001" in r.stderr
+    assert r.exit_code == 2 and "design.link.bandwidth_gbps" in r.stderr
+    assert "greater than or equal to 0.001" in r.stderr
 
 
 def test_threshold_no_request_reaches(tmp_path):

@@ -49,7 +49,8 @@ GOOD = (ROOT / "scenarios/chat-h100.yaml").read_text()
 
 
 @pytest.mark.parametrize("mutate,match", [
-    (lambda s: s.replace("rate: 20 ", "rate: -3 "), r"x\.yaml:\d+ workload\.rate: .*greater than or equal to 0.000001, got -3"),
+    (lambda s: s.replace("rate: 20 ", "rate: -3 "), r"x\.yaml:\d+ workload\.rate: .*greater than or "
+                                                    r"equal to 0.000001, got -3"),
     (lambda s: s.replace("slo:", "slo:\n  tpot: {p90: 0.1}"), r"slo\.tpot: unknown key; did you mean 'tpot_s'"),
     (lambda s: s.replace("tp: [1, 2, 4, 8]", "tp: [1, two]"), r"search\.tp\.1: .*integer"),
     (lambda s: s.replace("{p50: 0.5, p90: 1.0}", "{p50: 2.0, p90: 1.0}"), r"slo\.ttft_s: .*must not decrease"),

@@ -242,13 +242,24 @@ class _ServerModel:
         return self.spec.host_idle_w + self.spec.tp * (idle + (tdp - idle) * f_brake**3)
 
 
+def _check_size(spec: PolcaSpec, steps: int) -> None:
+    """Refuse a run whose (steps, racks) normals, drawn up front, exceed MAX_RACK_STEPS, before any
+    per-step array is made (a step_s of 1e-300 asked numpy for 1e305 elements)."""
+    if steps * spec.racks * spec.rows > MAX_RACK_STEPS:
+        n = f"{steps:,}" if steps < 10**12 else f"{float(steps):.3g}"
+        raise InputError(f"design: {n} steps x {spec.racks * spec.rows:,} racks is more rack-seconds than the "
+                         f"simulator holds ({MAX_RACK_STEPS:,}): lower days, raise step_s, or give fewer racks or rows")
+
+
 def _load(spec: PolcaSpec, server: _ServerModel, capacity: float, steps_default: int):
     """Per-server load shape (peak 1) and, for a power trace, the per-server rate it implies."""
     if spec.trace is None:
+        _check_size(spec, steps_default)
         t = np.arange(steps_default) * spec.step_s
         shape = spec.diurnal_trough + (1 - spec.diurnal_trough) * 0.5 * (1 + np.cos(2 * np.pi * (t / 86400 - 0.6)))
         return shape, None, "diurnal"
     tr = load_trace(spec.trace)
+    _check_size(spec, int(tr.duration_s // spec.step_s) + 1)     # before the resampled trace is made
     v = tr.resample(spec.step_s)
     if tr.kind == "power_w":          # invert the full-clock power curve: row W -> per-server req/s
         grid = np.linspace(0, capacity, 512)
@@ -284,9 +295,6 @@ def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: En
     shape, given_rate, load_name = _load(spec, server, capacity, int(spec.days * 86400 / spec.step_s))
     steps = len(shape if given_rate is None else given_rate)
     per = spec.servers // spec.racks
-    if steps * spec.racks * spec.rows > MAX_RACK_STEPS:     # one normal per rack and step is drawn up front
-        raise InputError(f"design: {steps:,} steps x {spec.racks * spec.rows:,} racks is more rack-seconds than the "
-                         f"simulator holds ({MAX_RACK_STEPS:,}): lower days, raise step_s, or give fewer racks or rows")
     rng = np.random.default_rng(spec.seed)
     z = rng.standard_normal((steps, spec.racks * spec.rows))
     if spec.trace is not None and given_rate is not None and load_name.endswith("(row power)"):
