@@ -675,3 +675,11 @@ def test_json_stdout_stays_json_when_the_milp_solver_prints():
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     json.loads(r.stdout)
+
+
+def test_instance_count_for_an_absurd_rate_is_readable():
+    """1e300 req/s used to print a 298-digit instance count; a count past a trillion is in %g."""
+    r = runner.invoke(app, ["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "100", "-o", "10",
+                            "--rate", "1e300"])
+    assert r.exit_code == 1 and "Traceback" not in r.stderr
+    assert "e+297 instances or a larger layout" in r.stderr and len(r.stderr) < 400
