@@ -30,3 +30,8 @@ def unknown_name(kind: str, name: str, known: list[str]) -> InputError:
     close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, known, n=3, cutoff=0.5)))[:3]
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return InputError(f"unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})")
+
+
+def count(n: float) -> str:
+    """A whole count as a message shows it: 1,234, and 3.42e+17 past a trillion (not 300 digits)."""
+    return f"{int(n):,}" if n < 1e12 else f"{float(n):.3g}"

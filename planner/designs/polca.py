@@ -38,7 +38,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import as_run
 from planner.catalog.model import ModelSpec
 from planner.designs import power_sim as ps
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError, InputError, count
 from planner.frozen import Frozen
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, check_layout
@@ -246,9 +246,9 @@ def _check_size(spec: PolcaSpec, steps: int) -> None:
     """Refuse a run whose (steps, racks) normals, drawn up front, exceed MAX_RACK_STEPS, before any
     per-step array is made (a step_s of 1e-300 asked numpy for 1e305 elements)."""
     if steps * spec.racks * spec.rows > MAX_RACK_STEPS:
-        n = f"{steps:,}" if steps < 10**12 else f"{float(steps):.3g}"
-        raise InputError(f"design: {n} steps x {spec.racks * spec.rows:,} racks is more rack-seconds than the "
-                         f"simulator holds ({MAX_RACK_STEPS:,}): lower days, raise step_s, or give fewer racks or rows")
+        raise InputError(f"design: {count(steps)} steps x {spec.racks * spec.rows:,} racks is more rack-seconds "
+                         f"than the simulator holds ({MAX_RACK_STEPS:,}): lower days, raise step_s, or give fewer "
+                         "racks or rows")
 
 
 def _load(spec: PolcaSpec, server: _ServerModel, capacity: float, steps_default: int):

@@ -9,7 +9,8 @@ cluster's racks added in rack order (``_Sim.node_power``), POLCA's Algorithm 1 a
 brake within the step it fires in. The tests compare it with the numpy path, uncompiled and (when
 numba imports) compiled.
 
-numba is imported only inside :func:`compiled`, never on the ``whatif``/``plan`` import path.
+numba is imported only inside :func:`kernel` (by ``sim_kernel.njit``), never on the ``whatif``/``plan``
+import path.
 """
 
 from __future__ import annotations
@@ -125,32 +126,13 @@ _HELPERS = (config, rack_power, node_power, want)
 _compiled: list = []
 
 
-def compiled():
-    """The numba-compiled ``controllers`` (compiled once per process, cached on disk by numba)."""
-    if not _compiled:
-        import numba
-        from numba.extending import register_jitable
-
-        for f in _HELPERS:
-            register_jitable(f)
-        try:
-            _compiled.append(numba.njit(cache=True, nogil=True)(controllers))
-        except RuntimeError:                # no writable cache location: compile in every process
-            _compiled.append(numba.njit(nogil=True)(controllers))
-    return _compiled[0]
-
-
 def kernel(mode: str):
     """The compiled ``controllers`` for ``Engine.simulator`` = ``mode``, or None when the numpy
-    path is to run ("python", or "auto" without numba); "numba" without numba is an input error
-    (``sim_kernel.kernel``'s rule, with its test for numba)."""
+    path is to run (``sim_kernel.use_numba``: "python", or "auto" without numba)."""
     from planner.serving import sim_kernel
 
-    if mode == "python" or (mode == "auto" and not sim_kernel.numba_available()):
+    if not sim_kernel.use_numba(mode):
         return None
-    if not sim_kernel.numba_available():
-        from planner.errors import InputError
-
-        raise InputError('engine.simulator: numba is not installed; pip install "planner[fast]" (or numba), '
-                         'or use simulator: python')
-    return compiled()
+    if not _compiled:                       # once per process, cached on disk by numba
+        _compiled.append(sim_kernel.njit(controllers, _HELPERS))
+    return _compiled[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError, InputError, count
 from planner.serving.batching import Engine
 from planner.serving.closed_loop import InstanceRequests, instance_curve
 from planner.serving.queueing import Curve, at_rates, slo_ok
@@ -92,14 +92,9 @@ def at_rate(model, hardware, *, tp: int = 1, pp: int = 1, ep: int = 1, input_len
     max_rate = float(c.rate[0][stable].max())
     if rate > max_rate:
         raise InfeasibleError(f"{rate:g} req/s exceeds the {max_rate:.4g} req/s one instance of {m.name} tp={tp} "
-                              f"pp={pp} ep={ep} on {hw.name} sustains; use {_count(np.ceil(rate / max_rate))} "
+                              f"pp={pp} ep={ep} on {hw.name} sustains; use {count(np.ceil(rate / max_rate))} "
                               "instances or a larger layout")
     return _point(m, hw, lay, c, float(rate), max_rate, "rate", input_len, output_len)
-
-
-def _count(n: float) -> str:
-    """A whole count as a user reads it: 1,234 (3.4e+17 beyond a trillion, not 300 digits)."""
-    return f"{int(n):,}" if n < 1e12 else f"{n:.3g}"
 
 
 def engine_floor(hw, slo: SLO) -> str | None:

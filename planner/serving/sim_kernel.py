@@ -725,30 +725,42 @@ def numba_available() -> bool:
     return True
 
 
+def njit(f, helpers=()):
+    """``f`` compiled by numba with ``helpers`` callable from it, cached on disk where numba can
+    write its cache (else compiled in every process)."""
+    import numba
+    from numba.extending import register_jitable
+
+    for h in helpers:
+        register_jitable(h)
+    try:
+        return numba.njit(cache=True, nogil=True)(f)
+    except RuntimeError:                       # no writable cache location: compile in every process
+        return numba.njit(nogil=True)(f)
+
+
 def compiled(name: str):
     """The numba-compiled kernel ``name`` (compiled once per process, cached on disk by numba)."""
     if not _compiled:
-        import numba
-        from numba.extending import register_jitable
-
-        for f in _HELPERS:
-            register_jitable(f)
         for key, f in _KERNELS.items():
-            try:
-                _compiled[key] = numba.njit(cache=True, nogil=True)(f)
-            except RuntimeError:               # no writable cache location: compile in every process
-                _compiled[key] = numba.njit(nogil=True)(f)
+            _compiled[key] = njit(f, _HELPERS)
     return _compiled[name]
 
 
-def kernel(name: str, mode: str):
-    """The compiled kernel ``name`` for ``Engine.simulator`` = ``mode``, or None when the reference
-    loop is to run ("python", or "auto" without numba); "numba" without numba is an input error."""
+def use_numba(mode: str) -> bool:
+    """Whether ``Engine.simulator`` = ``mode`` runs compiled kernels: not for "python", nor "auto"
+    without numba; "numba" without numba is an input error."""
     if mode == "python" or (mode == "auto" and not numba_available()):
-        return None
+        return False
     if not numba_available():
         from planner.errors import InputError
 
         raise InputError('engine.simulator: numba is not installed; pip install "planner[fast]" (or numba), '
                          'or use simulator: python')
-    return compiled(name)
+    return True
+
+
+def kernel(name: str, mode: str):
+    """The compiled kernel ``name`` for ``Engine.simulator`` = ``mode``, or None when the reference
+    loop is to run (``use_numba``)."""
+    return compiled(name) if use_numba(mode) else None
