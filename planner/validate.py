@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import Format, Framework, Switch, framework
+from planner.catalog.frameworks import Format, Framework, Switch, TokenCount, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
 from planner.errors import InfeasibleError, PlannerError
 from planner.frozen import Frozen
@@ -76,6 +76,9 @@ class Point(Frozen):
     state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         None, description="the format the run keeps linear-attention recurrent states in, where its command sets "
         "one (SGLang --mamba-ssm-dtype, vLLM --mamba-ssm-cache-dtype): it replaces the framework's default")
+    eager_prompts: bool = Field(False, description="the run captures no graph for steps with prompt tokens "
+                                "(--enforce-eager, or cudagraph_mode FULL_DECODE_ONLY): the framework launches "
+                                "every such step eagerly (Efficiency.graph_max_tokens 0)")
     num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
                                      "the source states it: an offline run (all queued at once) or, with "
                                      "concurrency, a closed loop of that many clients is then replayed by the "
@@ -168,6 +171,8 @@ def _as_run(fw: Framework | None, p: Point) -> Framework:
     format ``p``'s run set on its command line, where it set them (the memory policy's kind stays
     the engine's; an entry without one has the profiles' total fraction)."""
     fw = fw or framework(p.framework)
+    if p.eager_prompts:
+        fw = fw.model_copy(update={"graph_max_tokens": TokenCount(value=0, source=f"the run's launch ({p.source})")})
     if p.state_dtype is not None:
         given = f"the run's command line ({p.source})"
         fw = fw.model_copy(update={"linear_state_dtype": Format(value=DType(p.state_dtype), source=given),

@@ -77,7 +77,8 @@ def derate(hw: HardwareProfile, compute: float, other: float) -> HardwareProfile
 
     eff = hw.efficiency.model_copy(update={
         name: scaled(getattr(hw.efficiency, name), other)
-        for name in ("kernel_latency", "step_overhead", "sequence_overhead", "request_overhead")})
+        for name in ("kernel_latency", "step_overhead", "sequence_overhead", "request_overhead",
+                     "eager_prefill_dispatch")})
     return hw.model_copy(update={
         "peak_flops": {k: scaled(v, 1 / compute) for k, v in hw.peak_flops.items()},
         "memory": hw.memory.model_copy(update={"bandwidth": scaled(hw.memory.bandwidth, 1 / other)}),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import ValidationError, field_validator
 
@@ -56,12 +56,27 @@ class Format(Frozen):
     note: str | None = None
 
 
+class TokenCount(Figure):
+    """A whole number of tokens, 0 allowed (``Framework.graph_max_tokens``)."""
+
+    allow_zero: ClassVar[bool] = True
+
+    @field_validator("value")
+    @classmethod
+    def _whole(cls, v: float) -> float:
+        if v != int(v):
+            raise ValueError(f"must be a whole number of tokens, got {v}")
+        return v
+
+
 class Framework(Frozen):
     name: str = ""
     description: str
     step_overhead: Seconds | None = None
     sequence_overhead: Seconds | None = None   # host time per running sequence per step
     request_overhead: Seconds | None = None    # per request, in its TTFT (tokenize, schedule, first sample)
+    eager_prefill_dispatch: Seconds | None = None   # Efficiency.eager_prefill_dispatch
+    graph_max_tokens: TokenCount | None = None      # Efficiency.graph_max_tokens
     gemm_scale: Figure | None = None
     attention_scale: Figure | None = None      # scales the prefill attention kernel plateau
     # the prefill attention plateau this engine's kernels reach, per hardware profile name (an
@@ -153,11 +168,14 @@ class Framework(Frozen):
 
         eff = hw.efficiency
         update: dict = {}
-        for field in ("step_overhead", "sequence_overhead", "request_overhead", "moe_imbalance", "grouped_gemm"):
+        for field in ("step_overhead", "sequence_overhead", "request_overhead", "eager_prefill_dispatch",
+                      "moe_imbalance", "grouped_gemm"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field)
         if self.ep_bulk:
             update["ep_bulk"] = self.ep_bulk
+        if self.graph_max_tokens is not None:
+            update["graph_max_tokens"] = int(self.graph_max_tokens.value)
         if self.linear_state_dtype is not None:
             update["linear_state_dtype"] = self.linear_state_dtype.value
         if self.grouped_gemm_by_format:

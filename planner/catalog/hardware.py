@@ -317,6 +317,15 @@ class Efficiency(Frozen):
                                          note="per running sequence per step; set by a framework")
     request_overhead: Seconds = Seconds(value=0.0, source="engine_overhead",
                                         note="per request, added to its TTFT; set by a framework")
+    # host time to dispatch one modelled operator's kernels in a step the engine runs eagerly (its
+    # graphs cover decode steps only, so every step that carries prompt tokens is launched op by op
+    # from Python): such a step takes at least its operators' dispatch (``StepTime.floor_s``);
+    # None: the host keeps ahead of the device (graphs, or launches far shorter than the kernels)
+    eager_prefill_dispatch: Seconds | None = None
+    # the most tokens a step with prompt tokens may carry and still replay a captured graph (vLLM's
+    # piecewise graphs, up to its largest capture size); 0: every such step is launched eagerly
+    # (--enforce-eager, or graphs captured for decode batches only)
+    graph_max_tokens: int = Field(0, ge=0)
     moe_imbalance: Figure = Figure(value=1.0, source="engine_overhead",
                                    note="max/mean expert load from routing skew; set by a framework")
     grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",

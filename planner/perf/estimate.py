@@ -37,7 +37,7 @@ from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
 from planner.perf.memory import MemoryUse, memory_use
-from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, states_format
+from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, scalar_zero, states_format
 from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
@@ -388,6 +388,17 @@ def operator_breakdown(e: Estimate) -> list[dict]:
                              flops=f(t.op.count * np.asarray(t.op.flops)),
                              bytes=f(t.op.count * np.asarray(t.op.mem_bytes)),
                              comm_bytes=f(t.op.count * np.asarray(t.op.comm_bytes)), bound=str(np.ravel(t.bound)[0])))
+        if not scalar_zero(st.floor_s):
+            # an eagerly launched step: the host's dispatch beyond the device's time, if it is behind
+            wait = _first(st.host_wait_s)
+            n_ops = _first(np.asarray(st.floor_s) / eff.eager_prefill_dispatch.value)
+            rows.append(dict(phase=phase, op="eager_dispatch", kind="overhead", layers=1, time_s=wait, roofline_s=0.0,
+                             efficiency=f"host launches {n_ops:.0f} operators at "
+                                        f"{eff.eager_prefill_dispatch.value * 1e3:g} ms each: "
+                                        f"{_first(st.floor_s) * 1e3:.0f} ms against the device's "
+                                        f"{_first(st.device_s) * 1e3:.0f} ms ({hw.framework or 'profile'})",
+                             source=eff.eager_prefill_dispatch.source, flops=0.0, bytes=0.0, comm_bytes=0.0,
+                             bound="overhead"))
         how = (f"{eff.step_overhead.value * 1e3:g} ms per step + {eff.sequence_overhead.value * 1e6:g} us per "
                f"sequence ({hw.framework or 'profile'})")
         rows.append(dict(phase=phase, op="step_overhead", kind="overhead", layers=1, time_s=_first(st.overhead_s),

@@ -14,8 +14,9 @@ BOUNDS = ("compute", "memory", "comm", "overhead")
 
 def dominant_bound(st: StepTime) -> np.ndarray:
     """Per candidate: ``compute``, ``memory``, ``comm`` or ``overhead``, whichever takes the most
-    seconds of the step (operators summed by their own bound, plus the step overhead)."""
+    seconds of the step (operators summed by their own bound, plus the step overhead and any wait
+    for an eagerly launching host)."""
     parts = st.time_by_bound()
-    times = [parts[Bound(b)] for b in BOUNDS[:3]] + [st.overhead_s]
+    times = [parts[Bound(b)] for b in BOUNDS[:3]] + [np.asarray(st.overhead_s) + st.host_wait_s]
     stacked = np.stack(np.broadcast_arrays(*(np.asarray(t, dtype=float) for t in times)))
     return np.array(BOUNDS, dtype=object)[np.argmax(stacked, axis=0)]

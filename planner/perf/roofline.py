@@ -144,15 +144,35 @@ class StepTime:
     twice on half the tokens, so their fixed latencies count twice. That is why overlap pays in
     prefill (bandwidth-bound dispatch, +23-31% on CloudMatrix384) and little in decode
     (latency-bound, +6-9%: cm384_paper). A step (or a candidate row) without an EP all-to-all is
-    not split: there is nothing to hide."""
+    not split: there is nothing to hide.
+
+    ``floor_s`` is the host's time to launch the step's kernels where the engine runs it eagerly
+    (``eager_floor_s``): the device cannot end a step before its last kernel is launched, so the
+    layers take ``max(device, floor)``, the device idling in the gaps while the host is behind."""
 
     ops: list[OpTime]
     overhead_s: np.ndarray | float
     overlap: bool = False
     comm_share: float = 0.0    # compute units the overlapped all-to-all kernels take from compute
+    floor_s: np.ndarray | float = 0.0   # host dispatch of an eagerly launched step (0: none)
 
     @cached_property
     def layers_s(self) -> np.ndarray:
+        """The operators' time, or the host's dispatch of them where that is longer."""
+        if scalar_zero(self.floor_s):
+            return self.device_s
+        return np.maximum(self.device_s, self.floor_s)
+
+    @property
+    def host_wait_s(self) -> np.ndarray | float:
+        """The part of ``layers_s`` the device waits for the host's launches (0 without a floor)."""
+        if scalar_zero(self.floor_s):
+            return 0.0
+        return np.maximum(np.asarray(self.floor_s) - self.device_s, 0.0)
+
+    @cached_property
+    def device_s(self) -> np.ndarray:
+        """The operators' time on the device (the two micro-batches overlapped where they run)."""
         a2as = [t for t in self.ops if t.op.kind is OpKind.all_to_all] if self.overlap else []
         if not a2as:                # nothing to hide: the engine runs the step as one batch
             return _total(t.time_s for t in self.ops)
@@ -455,8 +475,38 @@ def step_overhead_s(hw: HardwareProfile, layout: Layout, batch) -> np.ndarray:
                                             Per(layout.attention_dp))
 
 
-def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layout, batch) -> StepTime:
-    """Time every operator and add the engine's step overhead for ``batch`` running sequences.
+def eager_step(hw: HardwareProfile, prompt_tokens, step_tokens) -> np.ndarray | bool:
+    """Per row: the step is launched eagerly, operator by operator, by an engine whose host cost
+    of doing so is known (``Efficiency.eager_prefill_dispatch``): it carries prompt tokens and
+    more tokens in all than the largest graph the engine replays for such steps
+    (``Efficiency.graph_max_tokens``; 0: none). Decode-only steps replay the engine's graphs."""
+    eff = hw.efficiency
+    if eff.eager_prefill_dispatch is None:
+        return False
+    prompt = np.asarray(prompt_tokens, dtype=float) > 0
+    if eff.graph_max_tokens == 0:
+        return prompt
+    return prompt & (np.asarray(step_tokens, dtype=float) > eff.graph_max_tokens)
+
+
+def eager_floor_s(hw: HardwareProfile, ops: list[Op], eager) -> np.ndarray | float:
+    """Host time to launch ``ops`` one by one, in the rows of ``eager`` (a bool or a per-row mask,
+    ``eager_step``): ``Efficiency.eager_prefill_dispatch`` per modelled operator and layer (a
+    collective is launched only where it spans devices). 0 elsewhere."""
+    dispatch = hw.efficiency.eager_prefill_dispatch
+    if dispatch is None or not np.any(eager):
+        return 0.0
+    launched = 0
+    for op in ops:
+        launched = launched + (op.count * (np.asarray(op.group) > 1) if op.kind in COMM_KINDS else op.count)
+    return np.where(eager, launched * dispatch.value, 0.0)
+
+
+def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layout, batch,
+               eager=False) -> StepTime:
+    """Time every operator and add the engine's step overhead for ``batch`` running sequences;
+    ``eager`` (a bool or a per-row mask, ``eager_step``): the engine launches the step operator
+    by operator, and it takes at least the host's time to do so (``eager_floor_s``).
     Operators that differ only in name (a layer's two all-reduces of one payload array, an EP
     dispatch and combine sent in one format) are timed once: the same inputs, the same times."""
     times, memo = [], {}
@@ -469,7 +519,7 @@ def build_step(hw: HardwareProfile, ops: list[Op], dtypes: DTypes, layout: Layou
             t = t.renamed(op)
         times.append(t)
     return StepTime(times, step_overhead_s(hw, layout, batch), hw.efficiency.overlap_moe_comm,
-                    hw.efficiency.comm_compute_share.value)
+                    hw.efficiency.comm_compute_share.value, eager_floor_s(hw, ops, eager))
 
 
 def _inputs_of(hw: HardwareProfile, op: Op) -> tuple:
@@ -488,4 +538,4 @@ def step_time(model: ModelSpec, hw: HardwareProfile, layout: Layout, step: Step,
     eff = hw.efficiency
     return build_step(hw, layer_ops(model, layout, step, dtypes, eff.moe_a2a, eff.shared_expert_ranks,
                                     engine_state_dtype(model, eff)), dtypes, layout,
-                      step.batch)
+                      step.batch, step.prompt and eager_step(hw, step.batch * step.q_len, step.batch * step.q_len))

@@ -25,7 +25,7 @@ from planner.perf.measured import table_for
 from planner.perf.ops import DTypes, Per, Step, engine_state_dtype, layer_ops, merge_ops, mtp_draft_ops, scaled
 from planner.perf.parallel import Layout, on_dies
 from planner.perf.power import step_power_w
-from planner.perf.roofline import build_step
+from planner.perf.roofline import build_step, eager_step
 from planner.perf.speculation import NO_SPECULATION, Speculation
 
 
@@ -239,7 +239,7 @@ def _roofline_iteration(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtyp
     # the prefill operators are temporaries of this call: sums may be written into their arrays
     ops = merge_ops(dec, pre, consume_b=True) + draft
     st = build_step(hw, ops, dtypes, lay, np.asarray(n_decode, float) + np.asarray(prefill_tokens, float) / np.asarray(
-        prompt_len, float))
+        prompt_len, float), eager_step(hw, prefill_tokens, np.asarray(n_decode, float) * (1 + k) + prefill_tokens))
     total = st.total_s
     if np.any(pp > 1):
         decodes = np.asarray(n_decode, float) if k == 0 else np.asarray(n_decode, float) * (1 + k)   # x * 1 = x
