@@ -99,3 +99,31 @@ def test_explain_names_the_wait():
 def test_graph_max_tokens_is_a_whole_count(bad):
     with pytest.raises((ValueError, PlannerError)):
         Framework(description="x", graph_max_tokens={"value": bad, "source": "test"})
+
+
+def test_a_framework_file_can_start_from_a_bundled_entry(tmp_path):
+    """``base:`` inherits every field of the bundled entry; the file's fields replace them."""
+    from planner.catalog.frameworks import load_framework_file
+
+    f = tmp_path / "decode-graphs.yaml"
+    f.write_text("vllm-ascend-decode-graphs:\n  base: vllm-ascend\n"
+                 "  graph_max_tokens: {value: 0, source: 'my launch: FULL_DECODE_ONLY'}\n")
+    fw = load_framework_file(f)
+    base = framework("vllm-ascend")
+    assert fw.name == "vllm-ascend-decode-graphs"
+    assert fw.graph_max_tokens.value == 0 and base.graph_max_tokens.value == 512
+    assert fw.step_overhead == base.step_overhead and fw.memory_policy == base.memory_policy
+    assert fw.gemm_speedup_over_bf16 == base.gemm_speedup_over_bf16
+    # the 64-token prompt of test_a_run_without_prompt_graphs_floors_every_prompt_step, through the file
+    e = estimate("qwen3.5-35b-a3b", "ascend-910b", tp=1, batch=1, input_len=64, output_len=2,
+                 weight_dtype="int8", framework=str(f))
+    assert e.ttft_s == pytest.approx(FRONT_S + 362 * DISPATCH_S, rel=1e-9)
+
+
+def test_an_unknown_base_is_located(tmp_path):
+    from planner.catalog.frameworks import load_framework_file
+
+    f = tmp_path / "x.yaml"
+    f.write_text("x:\n  base: vllm-asc\n")
+    with pytest.raises(PlannerError, match=r"x\.yaml:2: base: expected a bundled framework .* got 'vllm-asc'"):
+        load_framework_file(f)

@@ -236,15 +236,27 @@ DEFAULT_FRAMEWORK = "vllm"
 
 def load_framework_file(path: str | Path) -> Framework:
     """A framework entry from a YAML file of its own: either the entry's fields at the top level,
-    or one ``name: {description: ..., ...}`` entry as ``planner calibrate`` writes it."""
+    or one ``name: {description: ..., ...}`` entry as ``planner calibrate`` writes it. ``base:
+    <bundled entry>`` starts from that entry, the file's fields replacing its own (e.g. a launch
+    without prompt graphs: ``base: vllm-ascend`` and ``graph_max_tokens: {value: 0, ...}``)."""
     path = Path(path)
     data, lines = load_yaml(path)
     if not isinstance(data, dict):
         raise InputError(f"{path}:1: a framework file is a YAML mapping (one entry, 'name: {{description: ...}}')")
     name, spec, spec_lines = path.stem, data, lines
-    if "description" not in data and len(data) == 1 and isinstance(next(iter(data.values())), dict):
+    if "description" not in data and "base" not in data and len(data) == 1 \
+            and isinstance(next(iter(data.values())), dict):
         name, spec = next(iter(data.items()))
         spec_lines = {k[1:]: v for k, v in lines.items() if k[:1] == (name,)}
+    if "base" in spec:
+        base, fws = spec["base"], _frameworks()
+        if not isinstance(base, str) or base not in fws:
+            line = spec_lines.get(("base",), 1)
+            raise InputError(f"{path}:{line}: base: expected a bundled framework ({', '.join(sorted(fws))}), "
+                             f"got {base!r}")
+        inherited = fws[base].model_dump(exclude_unset=True, exclude={"name"})
+        spec = {**inherited, "description": f"{fws[base].description} (as {path.name} changes it)",
+                **{k: v for k, v in spec.items() if k != "base"}}
     try:
         return Framework.model_validate({**spec, "name": str(name)})
     except ValidationError as e:
