@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from planner.errors import InputError
+from planner.units import MAX_DEGREE
 
 LOCATED = "@"      # prefix of a located message: "@a.b.c: problem"
 
@@ -40,6 +41,23 @@ def as_path(value: object, what: str) -> Path:
     return Path(value)
 
 
+def is_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names an existing file; a name the system cannot hold (too long, a NUL
+    byte) names none, instead of raising as ``Path.is_file`` does."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names an existing folder (False for a name the system cannot hold)."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def _finite(v: float) -> float:
     if not math.isfinite(v):
         raise ValueError(f"must be a finite number, got {v}")
@@ -50,14 +68,21 @@ PositiveFinite = Annotated[float, Field(gt=0), AfterValidator(_finite)]
 NonNegativeFinite = Annotated[float, Field(ge=0), AfterValidator(_finite)]
 
 
+Degree = Annotated[int, Field(ge=1, le=MAX_DEGREE)]
+"""One parallel degree: 1 to ``MAX_DEGREE`` devices."""
+
+
 def _positive_ints(v: list[int]) -> list[int]:
     if not v or any(x < 1 for x in v):
         raise ValueError(f"must be a non-empty list of positive integers, got {v}")
+    big = [x for x in v if x > MAX_DEGREE]
+    if big:
+        raise ValueError(f"a parallel degree is at most {MAX_DEGREE:,} devices, got {big[0]:.3g}")
     return v
 
 
 Degrees = Annotated[list[int], AfterValidator(_positive_ints)]
-"""Parallel degrees to try (TP, EP or PP of a search): a non-empty list of positive integers."""
+"""Parallel degrees to try (TP, EP or PP of a search): a non-empty list of 1 to ``MAX_DEGREE``."""
 
 
 def check_context(model, tokens: float, what: str = "input + output") -> None:

@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import typer
 
+from planner.units import MAX_DEGREE
+
 F = TypeVar("F", bound=Callable)
 
 
@@ -158,8 +160,8 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
                                                   "capacity_block or own (default: each profile's default rate)."),
                      provider: str = typer.Option(None, "--provider", help="Provider in prices.yaml (else cheapest)."),
                      price: list[str] = typer.Option([], "--price", help="NAME=USD per device-hour (repeatable)."),
-                     input_len: int = typer.Option(2000, "--input-len"),
-                     output_len: int = typer.Option(500, "--output-len"),
+                     input_len: int = typer.Option(2000, "--input-len", min=1, max=10_000_000),
+                     output_len: int = typer.Option(500, "--output-len", min=1, max=10_000_000),
                      weight_dtype: DTypeOpt = typer.Option(DTypeOpt.fp8, "--weight-dtype"),
                      json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Profiles side by side with roofline ratios per dollar (FLOP/s, HBM bandwidth, tokens/s)."""
@@ -173,10 +175,22 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
         named = {k.strip(): float(v) for k, v in (p.split("=", 1) for p in price)}
     except ValueError:
         raise typer.BadParameter("expected NAME=USD, e.g. --price mi355x=4.5", param_hint="--price") from None
+    unused = sorted(set(named) - {n.strip() for n in names})
+    if unused:        # a typo would be ignored silently, and the price the user meant never used
+        raise typer.BadParameter(f"{', '.join(unused)} is not among the compared profiles ({', '.join(names)})",
+                                 param_hint="--price")
     try:
         cost = CostModel(purchase=purchase, provider=provider, prices=named)
     except ValueError as e:
-        raise typer.BadParameter(str(e).splitlines()[-1], param_hint="--purchase/--price") from None
+        from pydantic import ValidationError
+
+        from planner.checks import split_located
+
+        err = e.errors()[0] if isinstance(e, ValidationError) else None
+        field = str(err["loc"][0]) if err and err["loc"] else ""
+        where, msg = split_located(err["msg"].removeprefix("Value error, ")) if err else ((), str(e))
+        hint = f"--{(where[0] if where else field).replace('_', '-')}" if err else "--purchase/--price"
+        raise typer.BadParameter(msg, param_hint=hint) from None
     rows = compare(names, cost, model, input_len, output_len, weight_dtype.value)
     if json_out:
         print_json(rows)
@@ -290,9 +304,9 @@ def models_show(name: str = typer.Argument(..., help="Catalog name or a local co
 def whatif(
     model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (attention)."),
-    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline stages."),
-    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE)."),
+    tp: int = typer.Option(1, "--tp", min=1, max=MAX_DEGREE, help="Tensor-parallel degree (attention)."),
+    pp: int = typer.Option(1, "--pp", min=1, max=MAX_DEGREE, help="Pipeline stages."),
+    ep: int = typer.Option(1, "--ep", min=1, max=MAX_DEGREE, help="Expert-parallel degree (MoE)."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences in the batch."),
     input_len: int = typer.Option(..., "--input-len", "-i", min=1, help="Prompt tokens per sequence."),
     output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per sequence."),
@@ -311,8 +325,8 @@ def whatif(
     state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
     memory_fraction: float | None = typer.Option(None, "--memory-fraction", min=0.01, max=1.0,  # noqa: UP007
                                                  help=MEMORY_FRACTION_HELP),
-    cp: int = typer.Option(1, "--cp", min=1, help="Context parallelism: prefill over N instances of the layout "
-                           "(ring attention; TPOT and memory stay one instance's)."),
+    cp: int = typer.Option(1, "--cp", min=1, max=MAX_DEGREE, help="Context parallelism: prefill over N instances of "
+                           "the layout (ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     explain: bool = typer.Option(False, "--explain", help="Per-operator breakdown: roofline time, the "
                                  "efficiency applied and its source."),
@@ -346,9 +360,9 @@ def whatif(
 def throughput(
     model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json."),
     hardware: str = typer.Option(..., "--hardware", "-H", help="Profile name or YAML file."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (attention)."),
-    pp: int = typer.Option(1, "--pp", min=1, help="Pipeline stages."),
-    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel degree (MoE)."),
+    tp: int = typer.Option(1, "--tp", min=1, max=MAX_DEGREE, help="Tensor-parallel degree (attention)."),
+    pp: int = typer.Option(1, "--pp", min=1, max=MAX_DEGREE, help="Pipeline stages."),
+    ep: int = typer.Option(1, "--ep", min=1, max=MAX_DEGREE, help="Expert-parallel degree (MoE)."),
     input_len: int = typer.Option(..., "--input-len", "-i", min=1, help="Prompt tokens per request."),
     output_len: int = typer.Option(..., "--output-len", "-o", min=1, help="Generated tokens per request."),
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format."),
@@ -629,9 +643,12 @@ def calibrate(
     model: str = typer.Option(..., "--model", "-m", help="Catalog name or local config.json the runs served."),
     name: str = typer.Option(..., "--framework", help="Name of the fitted entry (a catalog entry is the start)."),
     output: str | None = typer.Option(None, "--output", "-o", help="Entry file to write (default NAME.yaml)."),
-    tp: int | None = typer.Option(None, "--tp", min=1, help="Tensor-parallel degree (default: the files' or 1)."),
-    pp: int | None = typer.Option(None, "--pp", min=1, help="Pipeline stages (default: the files' or 1)."),
-    ep: int | None = typer.Option(None, "--ep", min=1, help="Expert-parallel degree (default: the files' or 1)."),
+    tp: int | None = typer.Option(None, "--tp", min=1, max=MAX_DEGREE,
+                                  help="Tensor-parallel degree (default: the files' or 1)."),
+    pp: int | None = typer.Option(None, "--pp", min=1, max=MAX_DEGREE,
+                                  help="Pipeline stages (default: the files' or 1)."),
+    ep: int | None = typer.Option(None, "--ep", min=1, max=MAX_DEGREE,
+                                  help="Expert-parallel degree (default: the files' or 1)."),
     weight_dtype: DTypeOpt = typer.Option(DTypeOpt.bf16, "--weight-dtype", help="Weight format of the runs."),
     kv_dtype: DTypeOpt | None = typer.Option(None, "--kv-dtype", help="KV-cache format of the runs."),  # noqa: UP007
     json_out: bool = typer.Option(False, "--json", help="Print the fit report as JSON."),

@@ -38,6 +38,7 @@ devices, attention ``tp`` x data-parallel ``max(tp, ep) / tp``):
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,14 @@ def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path
     return written
 
 
+def k8s_name(text: str) -> str:
+    """``text`` as a Kubernetes object name (an RFC 1123 label: lowercase letters, digits and '-',
+    at most 63), which is also the k8s file's name: no path separator or '..' can reach it, so the
+    file stays in the folder ``--emit`` names."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63].strip("-")
+    return label or "planner"
+
+
 def _engine_plan(result: Any, scn: Any) -> dict:
     """Everything the launch files need, from the plan and the planner's own memory model."""
     from planner.catalog.frameworks import as_run
@@ -157,7 +166,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     ranks = on_dies(hw, lay)[1]
     rank_tp, rank_dp, rank_ep = (int(x) for x in (ranks.tp, ranks.attention_dp, ranks.ep))
     return dict(
-        name=f"{scn.name}-{b.hardware}-tp{b.tp}".lower().replace("_", "-").replace(".", "-")[:63].strip("-"),
+        name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),
         model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
         ranks=int(ranks.stage_devices), rank_tp=rank_tp, rank_dp=rank_dp, rank_ep=rank_ep,
         mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3), state=scn.engine.state_dtype,

@@ -28,12 +28,16 @@ def check_output(path: str | Path, option: str, inputs: Iterable[str | Path] = (
         raise InputError(f"{option} {path}: unknown file type {p.suffix or '(no suffix)'!r}; "
                          f"use one of {', '.join(suffixes)}")
     folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{option} {path}: folder {folder} does not exist")
-    if p.is_dir():
-        raise InputError(f"{option} {path}: is a folder, expected a file name")
-    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise InputError(f"{option} {path}: not writable")
+    try:
+        if not folder.is_dir():
+            raise InputError(f"{option} {path}: folder {folder} does not exist")
+        if p.is_dir():
+            raise InputError(f"{option} {path}: is a folder, expected a file name")
+        if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise InputError(f"{option} {path}: not writable")
+    except (OSError, ValueError) as e:       # a name the system cannot hold (too long, a NUL byte)
+        raise InputError(f"{option} {str(path)[:80]}...: not a usable file name ({getattr(e, 'strerror', None) or e})"
+                         ) from None
     for src in inputs:
         try:
             same = Path(src).exists() and p.exists() and p.resolve() == Path(src).resolve()

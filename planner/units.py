@@ -66,3 +66,9 @@ def parse_quantity(text: str | int | float, dimension: str) -> float:
         "W": "700 W", "s": "5 us", "usd/h": "4.9 USD/h", "usd": "25000 USD", "1": "0.8",
     }
     raise ValueError(f"unit {unit!r} is not a unit of {dimension} (e.g. {examples.get(dimension, '')})")
+
+
+MAX_DEGREE = 1 << 20
+"""The largest parallel degree (devices per TP/EP/PP/CP group) the planner takes: a million
+devices, far past any scale-up or scale-out domain, which keeps layout arithmetic (degrees times
+each other and times token counts) inside 64-bit integers."""

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import Format, Framework, Switch, TokenCount, framework
 from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
+from planner.checks import Degree
 from planner.errors import InfeasibleError, PlannerError
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
@@ -33,9 +34,9 @@ class Point(Frozen):
     vendor: Literal["nvidia", "amd", "huawei"]
     hardware: str
     model: str
-    tp: int = Field(1, ge=1)
-    ep: int = Field(1, ge=1)
-    pp: int = Field(1, ge=1)
+    tp: Degree = 1
+    ep: Degree = 1
+    pp: Degree = 1
     weight_dtype: str = "bf16"
     kv_dtype: str | None = None
     framework: str
@@ -63,10 +64,10 @@ class Point(Frozen):
     ttft_bound_s: float | None = Field(None, gt=0, description="server_output_tokens_per_s: the TTFT bound of the load")
     slo_percentile: Literal["p50", "p90", "p99"] = Field("p99", description="server_output_tokens_per_s: the "
                                                          "percentile both bounds apply to (MLPerf: P99)")
-    max_num_seqs: int | None = Field(None, ge=1, description="the engine's batch-size limit in the run, where the "
-                                     "source's tool sized it (else the framework's default)")
-    max_batched_tokens: int | None = Field(None, ge=16, description="the engine's tokens per iteration in the run, "
-                                           "where the source's tool sized it")
+    max_num_seqs: int | None = Field(None, ge=1, le=1 << 30, description="the engine's batch-size limit in the "
+                                     "run, where the source's tool sized it (else the framework's default)")
+    max_batched_tokens: int | None = Field(None, ge=16, le=1 << 40, description="the engine's tokens per "
+                                           "iteration in the run, where the source's tool sized it")
     prefill_delay_passes: int | None = Field(None, ge=0, description="the run's prefill delayer under attention "
                                              "DP, where its command enables one (Engine.prefill_delay_passes)")
     mem_fraction: float | None = Field(None, gt=0, le=1, description="the run's memory fraction for weights, "

@@ -28,6 +28,7 @@ from pathlib import Path
 from planner.catalog.dtypes import DType
 from planner.catalog.hf_config import spec_from_hf_dict
 from planner.catalog.model import ModelSpec
+from planner.checks import is_dir, is_file
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml
@@ -118,8 +119,8 @@ def draft(name: str | DraftSpec | None) -> DraftSpec | None:
     if not text.strip():
         raise InputError(f"an empty draft name; give a bundled draft ({', '.join(list_drafts())}) or an EAGLE-3 "
                          "config.json")
-    if text.endswith(".json") or Path(text).is_dir():
-        path = Path(text) / "config.json" if Path(text).is_dir() else Path(text)
+    if text.endswith(".json") or is_dir(text):
+        path = Path(text) / "config.json" if is_dir(text) else Path(text)
         if str(path) in _CACHE:          # an engine asks for its draft at every evaluation: read once
             return _CACHE[str(path)]
         try:
@@ -134,7 +135,7 @@ def draft(name: str | DraftSpec | None) -> DraftSpec | None:
     key = text.lower()
     if key not in _CACHE:
         path = DRAFTS_DIR / f"{key}.yaml"
-        if not path.is_file():
+        if not is_file(path):
             raise unknown_name("draft", text, list_drafts())
         _CACHE[key] = _load_file(path)
     return _CACHE[key]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from planner.catalog import derate
 from planner.catalog.dtypes import DType
+from planner.checks import is_file
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
 from planner.units import parse_quantity
@@ -31,6 +32,7 @@ class Figure(Frozen):
 
     dimension: ClassVar[str] = "1"
     allow_zero: ClassVar[bool] = False  # every figure is finite and > 0 (>= 0 where a subclass allows it)
+    minimum: ClassVar[float] = 0.0      # and at least this, where a smaller one is no device's
     value: float
     source: str = Field(min_length=1)
     note: str | None = None
@@ -45,11 +47,15 @@ class Figure(Frozen):
     def _finite_positive(cls, v: float) -> float:
         if not math.isfinite(v) or v < 0 or (v == 0 and not cls.allow_zero):
             raise ValueError(f"must be a finite number {'>=' if cls.allow_zero else '>'} 0, got {v}")
+        if 0 < v < cls.minimum:
+            raise ValueError(f"must be at least {cls.minimum:g} {cls.dimension} (no device is slower; smaller "
+                             f"values overflow the model's times), got {v:g}")
         return v
 
 
 class FlopRate(Figure):
     dimension: ClassVar[str] = "flop/s"
+    minimum: ClassVar[float] = 1e6
 
 
 class Bytes(Figure):
@@ -58,6 +64,7 @@ class Bytes(Figure):
 
 class Bandwidth(Figure):
     dimension: ClassVar[str] = "bytes/s"
+    minimum: ClassVar[float] = 1e6
 
 
 class Seconds(Figure):
@@ -627,7 +634,7 @@ def _load_one(key: str) -> None:
     name = key
     while name and name not in _CACHE and name not in raw:
         path = directory / f"{name}.yaml"
-        if not path.is_file():
+        if not is_file(path):
             return
         data, lines = load_yaml(path)
         if not isinstance(data, dict) or data.get("name") != name:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from planner.catalog.model import MLA, AttentionWindow, LinearAttention, ModelSpec, MoE
+from planner.catalog.model import MAX_LAYERS, MLA, AttentionWindow, LinearAttention, ModelSpec, MoE
 from planner.errors import InputError
 
 _LLAMA_LIKE = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "llama4_text"}
@@ -59,7 +59,18 @@ class _Config:
 
 
 def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: str = "config") -> ModelSpec:
-    """Build a ModelSpec from a parsed ``config.json`` mapping."""
+    """Build a ModelSpec from a parsed ``config.json`` mapping; a value the model's parts refuse
+    (0 experts, more experts per token than experts, ...) is an ``InputError`` naming it."""
+    try:
+        return _spec_from_hf_dict(data, name=name, source=source, origin=origin)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        raise InputError(f"{origin}: inconsistent config" + (f" ({field})" if field else "") + f": {msg}") from None
+
+
+def _spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: str) -> ModelSpec:
     if not isinstance(data, dict):
         raise InputError(f"{origin}: a config.json must hold a JSON object")
     c = _Config(data, origin)
@@ -91,6 +102,8 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
         max_context=c.opt_int("max_position_embeddings") or c.opt_int("model_max_length"),
         qk_norm=model_type in {"qwen3", "qwen3_moe"} | _QWEN_HYBRID,
     )
+    if not 0 < spec["num_layers"] <= MAX_LAYERS:     # before any per-layer list is built
+        raise InputError(f"{origin}: num_hidden_layers is {spec['num_layers']:.3g}; expected 1 to {MAX_LAYERS:,}")
     if model_type == "bloom":
         spec.update(gated_ffn=False, biases=True, embedding_norm=True, num_kv_heads=heads,
                     tie_word_embeddings=True)
@@ -160,13 +173,7 @@ def spec_from_hf_dict(data: dict[str, Any], *, name: str, source: str, origin: s
             num_value_heads=lac.int("num_heads"), key_head_dim=d, value_head_dim=d,
             conv_kernel=lac.int("short_conv_kernel_size"), gate_rank=d,
         )
-    try:
-        return ModelSpec(**spec)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise InputError(f"{origin}: inconsistent config" + (f" ({field})" if field else "") + f": {msg}") from None
+    return ModelSpec(**spec)
 
 
 _STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -272,10 +279,10 @@ def _no_constant(name: str) -> float:
 
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
     """A ModelSpec from a local HuggingFace ``config.json`` (never downloaded)."""
-    from planner.checks import as_path
+    from planner.checks import as_path, is_dir
 
     path = as_path(path, "a config.json")
-    if path.is_dir():
+    if is_dir(path):
         path = path / "config.json"
     from planner.yamlio import read_text
 

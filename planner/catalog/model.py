@@ -18,6 +18,8 @@ from pydantic import Field, model_validator
 
 from planner.frozen import Frozen
 
+MAX_LAYERS = 100_000
+"""The most layers a model may have: ~100x the deepest served today, which bounds per-layer work."""
 
 class Mixer(str, Enum):
     attention = "attention"   # softmax attention over a KV cache (MHA/GQA/MQA, or MLA)
@@ -41,7 +43,7 @@ class MLA(Frozen):
 
 
 class MoE(Frozen):
-    num_experts: int = Field(gt=0)
+    num_experts: int = Field(gt=0, le=1 << 20)
     experts_per_token: int = Field(gt=0)
     expert_intermediate_size: int = Field(gt=0)
     num_shared_experts: int = Field(0, ge=0)
@@ -136,7 +138,7 @@ class ModelSpec(Frozen):
     name: str
     source: str = Field(min_length=1)
     family: str
-    num_layers: int = Field(gt=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
     hidden_size: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool = False

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from planner.catalog.hf_config import model_from_hf_config, spec_from_hf_dict
 from planner.catalog.model import ModelSpec
+from planner.checks import is_dir, is_file
 from planner.errors import InputError, unknown_name
 from planner.yamlio import load_yaml
 
@@ -45,10 +46,10 @@ def model(name: str | ModelSpec) -> ModelSpec:
     """A model by catalog name (``llama-3.1-70b``), by a local ``config.json`` path, or passed through."""
     if isinstance(name, ModelSpec):
         return name
-    if str(name).endswith(".json") or Path(str(name)).is_dir():
+    if str(name).endswith(".json") or is_dir(str(name)):
         return model_from_hf_config(name)
     key = str(name).lower()
-    if key not in _CACHE and (MODELS_DIR / f"{key}.yaml").is_file():
+    if key not in _CACHE and is_file(MODELS_DIR / f"{key}.yaml"):
         _load_file(MODELS_DIR / f"{key}.yaml")      # one file for one lookup (fast CLI start)
     if key not in _CACHE:
         _load_bundled()

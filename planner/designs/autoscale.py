@@ -38,8 +38,8 @@ class AutoscaleSpec(Frozen):
     target_utilization: float = Field(0.8, gt=0, le=1, description="replica load the controller aims for")
     provisioning_s: float = Field(120.0, ge=0, description="request to a booted node with drivers and "
                                   "the serving container (assumption; see README)")
-    load_bandwidth: float = Field(5e9, gt=0, description="bytes/s of weight loading per replica "
-                                  "(ServerlessLLM's remote-download example: 5 GB/s)")
+    load_bandwidth: float = Field(5e9, ge=1e6, description="bytes/s of weight loading per replica "
+                                  "(ServerlessLLM's remote-download example: 5 GB/s); at least 1 MB/s")
     scale_up_delay_s: float | None = Field(None, ge=0, description="override provisioning + weight load")
     scale_down_delay_s: float = Field(600.0, ge=0)
     min_replicas: int = Field(1, ge=0)

@@ -94,7 +94,8 @@ class BatchSpec(Frozen):
     requests per window, run whenever capacity is free within the window."""
 
     requests_per_day: float = Field(gt=0)
-    window_h: float = Field(24.0, gt=0)
+    window_h: float = Field(24.0, ge=1, description="hours within which a window's requests must run: at least "
+                            "the horizon's one-hour step (a shorter window is that hour)")
 
 
 class HorizonSpec(Frozen):

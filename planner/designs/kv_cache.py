@@ -14,6 +14,8 @@ target hit rate needs.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,7 +53,7 @@ class KVCacheSpec(Frozen):
 
     tiers: list[TierName] = Field(["hbm"], min_length=1, description="fastest first; hbm first")
     platform: str | None = Field(None, description="row of planner/catalog/kv_tiers.yaml (default: the hardware)")
-    capacity_per_accelerator: dict[TierName, float] = Field(
+    capacity_per_accelerator: dict[TierName, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
         {}, description="override an offload tier's size per accelerator, e.g. {host_dram: 256 GB}")
     target_hit: float | None = Field(None, gt=0, lt=1, description="report the capacity this hit rate needs")
     simulate: bool = Field(True, description="check the analytic hit rate with the block-level LRU replay")

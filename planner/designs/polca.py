@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import as_run
 from planner.catalog.model import ModelSpec
+from planner.checks import Degree
 from planner.designs import power_sim as ps
 from planner.errors import InfeasibleError, InputError, count
 from planner.frozen import Frozen
@@ -77,13 +78,14 @@ MAX_RACK_STEPS = 50_000_000
 class PolcaSpec(Frozen):
     type: Literal["polca"] = "polca"
     hardware: str = "a100-80g"
-    tp: int = Field(8, ge=1, description="GPUs per server (one instance per server)")
+    tp: Degree = Field(8, description="GPUs per server (one instance per server)")
     framework: str | None = None
     weight_dtype: DType = DType.fp16
     servers: int = Field(40, ge=1, le=100_000, description="servers the row's power was provisioned for")
     server_power_w: float = Field(6500, gt=0, description="provisioned (nameplate) power per server")
     host_idle_w: float = Field(1500, ge=0, description="non-GPU power of an idle server (SplitwiseSim DGX-A100)")
-    gpu_share: float = Field(0.5, gt=0, le=1, description="GPUs' share of a busy server's power (POLCA: ~50%); "
+    gpu_share: float = Field(0.5, ge=0.05, le=1, description="GPUs' share of a busy server's power (POLCA: ~50%; "
+                             "at least 5%, a share no GPU server has below); "
                              "host power = max(host_idle_w, GPU power x (1/share - 1))")
     trace_peak_utilization: float = Field(0.79, gt=0, le=1, description="row peak / provisioned at nameplate")
     diurnal_trough: float = Field(0.4, gt=0, le=1, description="lowest / highest load over a day")

@@ -30,6 +30,7 @@ from planner.catalog.frameworks import with_framework
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
+from planner.checks import Degree
 from planner.designs.kv_cache import CacheReport
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
@@ -44,8 +45,8 @@ from planner.serving.workload import Workload, length_stats, weighted_quantile
 
 class Site(Frozen):
     hardware: str
-    tp: int = Field(8, ge=1)
-    ep: int = Field(1, ge=1)
+    tp: Degree = 8
+    ep: Degree = 1
     instances: int = Field(ge=1, le=10_000, description="instances at the site")
     prefix_hit: float | None = Field(None, ge=0, lt=1, description="fraction of prompt tokens cached at this site "
                                      "(default: the workload's prefix_hit, which a session workload derives)")

@@ -4,12 +4,12 @@ reference. The evaluation is ``splitwise_pools`` (pools as queues) and ``splitwi
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.checks import Degrees
+from planner.checks import Degree, Degrees
 from planner.frozen import Frozen
 from planner.perf.parallel import Layout
 
@@ -19,14 +19,14 @@ class Pool(Frozen):
     optionally power-capped."""
 
     hardware: str
-    tp: int = Field(8, ge=1)
-    ep: int = Field(1, ge=1, description="MoE models: experts over ep devices; ep > tp runs attention "
+    tp: Degree = 8
+    ep: Degree = Field(1, description="MoE models: experts over ep devices; ep > tp runs attention "
                     "data-parallel over ep / tp replicas with all-to-all dispatch (DeepEP-style), an instance "
                     "being max(tp, ep) x pp devices")
-    pp: int = Field(1, ge=1)
+    pp: Degree = 1
     count: int = Field(ge=1, le=100_000, description="machines in the pool")
     power_cap: float = Field(1.0, gt=0, le=1, description="fraction of TDP each device may draw")
-    cp: int = Field(1, ge=1, description="prompt pools: a machine is cp instances of tp x pp devices that prefill "
+    cp: Degree = Field(1, description="prompt pools: a machine is cp instances of tp x pp devices that prefill "
                     "each prompt together (context parallelism, ring attention; perf/context_parallel.py)")
 
     @model_validator(mode="after")
@@ -67,7 +67,7 @@ class SlowdownReference(Frozen):
     contention (Table VI); they become absolute bounds at the workload's length quantiles."""
 
     hardware: str = "a100-80g"
-    tp: int = 8
+    tp: Degree = 8
     ttft: tuple[float, float, float] = (2.0, 3.0, 6.0)
     tbt: tuple[float, float, float] = (1.25, 1.5, 5.0)
     e2e: tuple[float, float, float] = (1.25, 1.5, 5.0)
@@ -81,7 +81,8 @@ class SplitSearch(Frozen):
     provisioned power of a named baseline, or a number of machines."""
 
     pairs: list[tuple[str, str]] = Field(min_length=1)
-    token_power_caps: list[float] = [1.0]
+    token_power_caps: list[Annotated[float, Field(gt=0, le=1)]] = Field(
+        [1.0], min_length=1, description="power caps to try on the token pool, each a fraction of TDP in (0, 1]")
     budget: BudgetKind | list[BudgetKind] = Field("cost", description="one budget, or several that must all hold "
                                                   "(a joint budget: e.g. [cost, power, machines])")
     of_baseline: str | None = Field(None, description="take the budget(s) from this baseline")

@@ -81,6 +81,15 @@ class CostModel(Frozen):
             raise ValueError(f"cost.mode is 'own' but cost.purchase is {self.purchase.value!r}")
         if any(v <= 0 for v in (*self.prices.values(), *self.usd_per_h.values(), *self.purchase_usd.values())):
             raise ValueError("prices must be positive")
+        if self.provider is not None:       # a misspelt provider would fall back to other prices unseen
+            from planner.catalog.prices import price_table
+
+            known = sorted({r.provider for rows in price_table().rent.values() for r in rows})
+            if self.provider not in known:
+                from planner.checks import located
+
+                raise located("provider", f"{self.provider!r} is not a provider of hardware_profiles/prices.yaml "
+                              f"({', '.join(known)})")
         return self
 
     @property

@@ -281,7 +281,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             memory_fraction=hw.memory_policy.fraction.value,
             fraction_of="total" if hw.memory_policy.kind == "total_fraction" else "free"),
         prefill=prefill, decode=_phase(r.decode, tpot),
-        usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd else None,
+        usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd and out_tps > 0 else None,
         infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
         **band_fields(hw.vendor, hw.framework, bounds, ttft, tpot, out_tps),
     )

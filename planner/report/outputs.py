@@ -9,10 +9,29 @@ from planner.outputs import IMAGE_SUFFIXES, check_output
 
 
 def input_files(scenario_path: str | Path, scn: Any) -> list[Path]:
-    """The files a scenario reads: itself, and any model config, profile or trace given by path."""
-    names = [scn.model, scn.workload.trace, *(scn.search.hardware if scn.search else ())]
-    names += [getattr(getattr(scn.workload, k), "trace", None) for k in ("input", "output")]
-    return [Path(scenario_path), *(Path(n) for n in names if isinstance(n, str) and Path(n).is_file())]
+    """The files a scenario reads: itself, and every file one of its values names (a model config,
+    profile, framework, trace, measured table, ...), as given or relative to the scenario's folder,
+    wherever in the scenario it is given."""
+    here = Path(scenario_path).parent
+    found = [Path(scenario_path)]
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str) and 0 < len(v) < 4096:
+            for p in (Path(v), here / v):
+                try:
+                    if p.is_file():
+                        found.append(p)
+                except OSError:        # not a name this system can hold: not a file
+                    pass
+
+    walk(scn.model_dump(mode="json") if hasattr(scn, "model_dump") else scn)
+    return found
 
 
 def check_plan_outputs(scenario_path: str | Path, scn: Any, csv_out: str | None, plot: str | None) -> None:

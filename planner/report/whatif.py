@@ -75,7 +75,9 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         rows.append(("bands (P10-P90)", "; ".join(f"{k}: {v}" for k, v in e.bands.items())
                      + " (planner/catalog/bands.yaml)"))
     if e.usd_per_h is not None:
-        rows.append(("cost", f"${e.usd_per_h:,.2f}/h, ${e.usd_per_million_output_tokens:,.2f} per M output tokens"))
+        per_m = e.usd_per_million_output_tokens
+        rows.append(("cost", f"${e.usd_per_h:,.2f}/h" + (f", ${per_m:,.2f} per M output tokens" if per_m else
+                                                         ", no output tokens")))
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
     if explain:
         dies = estimate_inputs(e)[1].dies_per_device

@@ -79,8 +79,11 @@ class Engine(Frozen):
         "an iteration that runs prompts runs only prompts, up to the token budget, and the sequences decoding on "
         "the replicas that prefill wait for it (SGLang without --enable-mixed-chunk: its scheduler runs a prefill "
         "batch alone whenever one is ready)")
-    max_batched_tokens: int = Field(8192, ge=16, description="token budget per iteration (prefill + decode)")
-    max_num_seqs: int = Field(1024, ge=1, description="most sequences decoding at once")
+    # bounds far past any engine's (a trillion tokens, a billion sequences), which keep the
+    # instance's limits (these times its replicas, up to MAX_DEGREE) inside 64-bit integers
+    max_batched_tokens: int = Field(8192, ge=16, le=1 << 40, description="token budget per iteration (prefill + "
+                                    "decode)")
+    max_num_seqs: int = Field(1024, ge=1, le=1 << 30, description="most sequences decoding at once")
     kv_reservation: Literal["on_demand", "full_length"] = Field(
         "on_demand", description="on_demand: KV pages allocated as tokens are generated, the newest sequence "
         "preempted when the pool overflows (vLLM); full_length: a request is admitted only with KV for its whole "

@@ -150,6 +150,11 @@ class Sessions(Frozen):
             from planner.checks import located
 
             raise located("turns", f"{typical:g} turns per session; expected at most {MAX_TURNS}")
+        if self.turns is not None and not self.mean_turns <= MAX_TURNS:     # a heavy tail (sigma) the median hides
+            from planner.checks import located
+
+            raise located("turns", f"a mean of {self.mean_turns:.3g} turns per session (its tail); expected at "
+                          f"most {MAX_TURNS}: give the distribution a max, or a smaller sigma / p90")
         return self
 
     @property

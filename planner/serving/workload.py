@@ -58,7 +58,22 @@ class LogNormal(Frozen):
                              f"{self._sigma:.3g}; expected at most 10")
         if self.max is not None and self.max < self.min:
             raise ValueError("max must be >= min")
+        if self.truncate:
+            lo, hi = self._window()
+            if not hi - lo > 1e-12:
+                raise ValueError(f"truncated to [{self.min}, {self.max}], the distribution keeps a probability of "
+                                 f"{max(hi - lo, 0.0):.3g} (median {self.median:g}): widen min..max or move the "
+                                 "median into it")
         return self
+
+    def _window(self) -> tuple[float, float]:
+        """(F(min), F(max)) of the untruncated distribution."""
+        from planner.normal import cdf as ndtr
+
+        def z(x: float) -> float:
+            return (math.log(x) - math.log(self.median)) / self._sigma
+
+        return float(ndtr(z(self.min))), float(ndtr(z(self.max))) if self.max is not None else 1.0
 
     @property
     def _sigma(self) -> float:
@@ -68,13 +83,10 @@ class LogNormal(Frozen):
         return np.clip(np.round(x), self.min, self.max if self.max is not None else np.inf)
 
     def _quantile(self, q: np.ndarray) -> np.ndarray:
-        from planner.normal import cdf as ndtr
         from planner.normal import ppf as ndtri
 
         if self.truncate:   # map q into [F(min), F(max)] of the untruncated distribution
-            z = lambda x: (math.log(x) - math.log(self.median)) / self._sigma  # noqa: E731
-            lo = float(ndtr(z(self.min)))
-            hi = float(ndtr(z(self.max))) if self.max is not None else 1.0
+            lo, hi = self._window()
             q = lo + (hi - lo) * q
         return self._clip(self.median * np.exp(self._sigma * ndtri(q)))
 
