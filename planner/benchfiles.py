@@ -64,14 +64,18 @@ class Run:
     version: str | None = None
 
 
-def _num(obj: dict, key: str, path: Path, *, required: bool = True) -> float | None:
+def _num(obj: dict, key: str, path: Path, *, required: bool = True, positive: bool = False,
+         inf: bool = False) -> float | None:
+    """Field ``key`` as a finite number (``inf``: also "inf" or Infinity, a request rate's "all at
+    once"; ``positive``: above 0, a count or a rate); absent is None unless ``required``."""
     v = obj.get(key)
     if v is None and not required:
         return None
-    if isinstance(v, str) and v.lower() == "inf":
+    if inf and (v == math.inf or isinstance(v, str) and v.lower() == "inf"):
         return math.inf
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) and v != math.inf:
-        raise InputError(f"{path}: field {key!r}: expected a number, got {v!r}")
+    kind = ("positive " if positive else "") + ('number or "inf"' if inf else "finite number")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or positive and v <= 0:
+        raise InputError(f"{path}: field {key!r}: expected a {kind}, got {v!r}")
     return float(v)
 
 
@@ -80,8 +84,8 @@ def _stat(obj: dict, key: str, path: Path, *, required: bool = True) -> float | 
     v = obj.get(key)
     if v is None and not required:
         return None
-    if not isinstance(v, dict) or not isinstance(v.get("avg"), (int, float)):
-        raise InputError(f"{path}: field {key!r}: expected an object with a numeric 'avg'")
+    if not isinstance(v, dict) or not isinstance(v.get("avg"), (int, float)) or not math.isfinite(v["avg"]):
+        raise InputError(f"{path}: field {key!r}: expected an object with a finite numeric 'avg', got {v!r}")
     return float(v["avg"])
 
 
@@ -109,23 +113,24 @@ def _concurrency(path: Path, cap: float | None, rate: float | None, req_per_s: f
 
 def _vllm_like(obj: dict, path: Path, tool: str) -> Run:
     done = _num(obj, "completed", path)
-    if not done:
-        raise InputError(f"{path}: field 'completed': expected at least one completed request")
-    i = _num(obj, "total_input_tokens", path) / done
-    o = _num(obj, "total_output_tokens", path) / done
+    if done <= 0:
+        raise InputError(f"{path}: field 'completed': expected at least one completed request, got {done:g}")
+    i = _num(obj, "total_input_tokens", path, positive=True) / done
+    o = _num(obj, "total_output_tokens", path, positive=True) / done
     ttft, tpot = _num(obj, "mean_ttft_ms", path) / 1e3, _num(obj, "mean_tpot_ms", path) / 1e3
     e2e = next((v for k in ("mean_e2el_ms", "mean_e2e_latency_ms", "mean_latency_ms")
                 if (v := _num(obj, k, path, required=False))), None)
     e2e_s = e2e / 1e3 if e2e else ttft + (o - 1) * tpot
-    measured_c = _num(obj, "concurrency", path, required=False)       # SGLang: mean in flight
-    cap = _num(obj, "max_concurrency", path, required=False)
-    rate = _num(obj, "request_rate", path, required=False)
+    measured_c = _num(obj, "concurrency", path, required=False, positive=True)       # SGLang: mean in flight
+    cap = _num(obj, "max_concurrency", path, required=False, positive=True)
+    rate = _num(obj, "request_rate", path, required=False, positive=True, inf=True)
     if not cap and rate == math.inf and "num_prompts" in obj:        # every prompt sent at t = 0
-        cap = _num(obj, "num_prompts", path)
+        cap = _num(obj, "num_prompts", path, positive=True)
     if measured_c and not cap:
         c = max(1, int(round(measured_c)))
     else:
-        c = _concurrency(path, cap, rate, _num(obj, "request_throughput", path, required=False), e2e_s)
+        c = _concurrency(path, cap, rate, _num(obj, "request_throughput", path, required=False, positive=True),
+                         e2e_s)
     tps = _num(obj, "output_throughput", path)
     if done <= c:              # one wave, never refilled: no steady state, the slowest request sets the makespan
         tps = None
@@ -140,11 +145,12 @@ def _genai_perf(obj: dict, path: Path) -> Run:
     ttft = _stat(m, "time_to_first_token", path) / 1e3
     itl = _stat(m, "inter_token_latency", path) / 1e3
     cfg = obj.get("input_config", {})
-    cap, rate = _find(cfg, "concurrency"), _find(cfg, "request_rate")
+    load = {k: v for k in ("concurrency", "request_rate")                # (other kinds of value: not given)
+            if isinstance(v := _find(cfg, k), (int, float)) and not isinstance(v, bool)}
+    cap = _num(load, "concurrency", path, required=False)
+    rate = _num(load, "request_rate", path, required=False, inf=True)
     lat = _stat(m, "request_latency", path, required=False)
-    c = _concurrency(path, cap if isinstance(cap, (int, float)) else None,
-                     rate if isinstance(rate, (int, float)) else None,
-                     _stat(m, "request_throughput", path, required=False), lat / 1e3 if lat else None)
+    c = _concurrency(path, cap, rate, _stat(m, "request_throughput", path, required=False), lat / 1e3 if lat else None)
     return Run(str(path), tool, int(round(i)), int(round(o)), c, ttft, itl,
                _stat(m, "output_token_throughput", path), version=_find(cfg, "version"))
 
@@ -155,11 +161,11 @@ def _trtllm_bench(obj: dict, path: Path) -> Run:
         raise InputError(f"{path}: field 'request_info'/'performance': expected trtllm-bench report sections")
     stream = obj.get("streaming_metrics") or {}
     world = obj.get("world_info") or {}
-    c = _num(req, "avg_num_concurrent_requests", path)
+    c = _num(req, "avg_num_concurrent_requests", path, positive=True)
     ttft = _num(stream, "avg_ttft_ms", path, required=False)
     tpot = _num(stream, "avg_tpot_ms", path, required=False)
-    return Run(str(path), "trtllm-bench", int(round(_num(req, "avg_input_length", path))),
-               int(round(_num(req, "avg_output_length", path))), max(1, int(round(c))),
+    return Run(str(path), "trtllm-bench", int(round(_num(req, "avg_input_length", path, positive=True))),
+               int(round(_num(req, "avg_output_length", path, positive=True))), max(1, int(round(c))),
                ttft / 1e3 if ttft else None, tpot / 1e3 if tpot else None,
                _num(perf, "system_output_throughput_tok_s", path),
                tp=world.get("tp_size"), pp=world.get("pp_size"), ep=world.get("ep_size"),

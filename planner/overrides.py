@@ -24,6 +24,10 @@ def parse_set(item: str) -> tuple[tuple[str, ...], Any]:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text                               # not YAML: keep the text (validation judges it)
+    except (ValueError, OverflowError) as e:       # a number past Python's 4,300 digits, a date like 2024-13-45
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text):,} characters)"
+        raise InputError(f"--set {key}={shown}: {str(e).split(';')[0]}; expected a number of at most 4,300 "
+                         "digits, text, a list or a mapping") from None
     return path, value
 
 
@@ -48,15 +52,21 @@ def _child(node: Any, part: str, where: tuple[str, ...], item: str) -> Any:
         if not isinstance(node.get(part), (dict, list)):
             node[part] = {}
         return node[part]
-    if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-        return node[int(part)]
+    if isinstance(node, list) and (i := _index(part, node)) is not None:
+        return node[i]
     raise InputError(f"--set {item}: {'.'.join(where)} is not a mapping or a list index in the scenario")
 
 
 def _assign(node: Any, part: str, value: Any, item: str) -> None:
     if isinstance(node, dict):
         node[part] = value
-    elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-        node[int(part)] = value
+    elif isinstance(node, list) and (i := _index(part, node)) is not None:
+        node[i] = value
     else:
-        raise InputError(f"--set {item}: cannot set {part!r} here")
+        want = f" (expected a list index below {len(node)})" if isinstance(node, list) else ""
+        raise InputError(f"--set {item}: cannot set {part!r} here{want}")
+
+
+def _index(part: str, node: list) -> int | None:
+    """``part`` as an index of ``node`` (ASCII digits, in range), else None."""
+    return int(part) if part.isascii() and part.isdigit() and len(part) < 19 and int(part) < len(node) else None

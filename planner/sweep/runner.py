@@ -82,9 +82,11 @@ def run_sweep(sweep: Sweep, out: str | Path, workers: int = 1, scheduler: str | 
               ) -> SweepSummary:
     """Run the variants not yet in ``out``; ``executor`` overrides the choice made by ``workers``
     and ``scheduler`` (in process, local processes, Dask)."""
+    sink = open_sink(out, sweep.keys)           # first: a bad output path or file is found at once
+    for note in sink.notes:
+        print(note, file=sys.stderr)
     check(sweep)
     t0 = time.perf_counter()
-    sink = open_sink(out, sweep.keys)
     todo = [v for v in sweep.variants if v.id not in sink.done]
     base = str(sweep.base_dir)
     if executor is not None:

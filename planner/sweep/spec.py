@@ -22,12 +22,18 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.errors import InputError, count
 from planner.yamlio import load_yaml
+
+MAX_VARIANTS = 100_000
+"""Most variants a sweep file may expand to: each is a copy of the base scenario held in memory and
+validated before the first runs (100,000 take ~0.3 GB and ~2.5 min; 1,000,000 would be ~3 GB and
+~25 min, a hang to the user). A larger study is several sweep files sharing one output."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,12 @@ def load_sweep(path: str | Path) -> Sweep:
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise InputError(f"{path}:{lines.get(('grid', str(key)), 1)} grid.{key}: expected a non-empty list")
+        _json_values(path, ("grid", str(key)), values, lines)
+    n = math.prod(len(v) for v in grid.values())
+    if n > MAX_VARIANTS:
+        sizes = " x ".join(str(len(v)) for v in grid.values())
+        raise InputError(f"{path}:{lines.get(('grid',), 1)} grid: {count(n)} variants ({sizes}), more than "
+                         f"{MAX_VARIANTS:,}; split it into several sweep files (they can share one --out)")
     keys = [str(k) for k in grid]
     variants = []
     for combo in itertools.product(*grid.values()):
@@ -96,6 +108,23 @@ def load_sweep(path: str | Path) -> Sweep:
     if output is not None:
         output = str(path.parent / str(output))
     return Sweep(str(data.get("name", path.stem)), path, base_dir, keys, variants, output)
+
+
+def _json_values(path: Path, at: tuple[str, ...], value: Any, lines) -> None:
+    """Refuse a grid value that is not JSON (text, numbers, true/false, null, and lists and mappings
+    of them): a YAML date, ``!!binary`` or ``!!set`` has no id and no table cell."""
+    where = f"{path}:{lines.get(at, lines.get(at[:2], 1))} {'.'.join(at)}"
+    if isinstance(value, dict):
+        if len({isinstance(k, str) for k in value}) > 1 or not all(isinstance(k, (str, int, float)) for k in value):
+            raise InputError(f"{where}: keys {list(value)!r}: expected all text (or all numbers)")
+        for k, v in value.items():
+            _json_values(path, (*at, str(k)), v, lines)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _json_values(path, (*at, str(i)), v, lines)
+    elif not isinstance(value, (str, int, float, bool)) and value is not None:
+        raise InputError(f"{where}: {str(value)[:60]} is a {type(value).__name__} value, not JSON; expected text, a "
+                         "number, true/false, null, a list or a mapping (quote it to make it text)")
 
 
 def _base(path: Path, base: Any, lines) -> tuple[dict, Path]:
