@@ -35,6 +35,8 @@ def check_output(path: str | Path, option: str, inputs: Iterable[str | Path] = (
             raise InputError(f"{option} {path}: is a folder, expected a file name")
         if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
             raise InputError(f"{option} {path}: not writable")
+    except InputError:
+        raise
     except (OSError, ValueError) as e:       # a name the system cannot hold (too long, a NUL byte)
         raise InputError(f"{option} {str(path)[:80]}...: not a usable file name ({getattr(e, 'strerror', None) or e})"
                          ) from None

@@ -103,11 +103,15 @@ def _check_nodes(path: Path, root: yaml.Node) -> None:
     """Alias expansion size (memoized per node, so a bomb costs its size, not its expansion) and
     duplicate keys."""
     sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()            # the nodes being sized: the path from the root
 
     def size(node: yaml.Node) -> int:
+        if id(node) in open_nodes:
+            raise InputError(f"{path}:{node.start_mark.line + 1}: an alias (*name) refers to a node that contains "
+                             "it: a recursive structure no planner input has")
         if id(node) in sizes:
             return sizes[id(node)]
-        sizes[id(node)] = 1                 # a recursive alias counts once
+        open_nodes.add(id(node))
         if isinstance(node, yaml.MappingNode):
             _no_duplicates(path, node)
             n = 1 + sum(size(k) + size(v) for k, v in node.value)
@@ -115,6 +119,7 @@ def _check_nodes(path: Path, root: yaml.Node) -> None:
             n = 1 + sum(size(v) for v in node.value)
         else:
             n = 1
+        open_nodes.discard(id(node))
         sizes[id(node)] = n
         return n
 

@@ -172,3 +172,17 @@ def test_a_negative_offload_capacity_is_refused():
 
     with pytest.raises(ValidationError, match="greater than or equal to 0"):
         KVCacheSpec(tiers=["hbm", "host_dram"], capacity_per_accelerator={"host_dram": "-5 GB"})
+
+
+@pytest.mark.parametrize("text", ["x: &a [1, *a]\n", "x: &a {y: *a}\n"])
+def test_a_recursive_alias_is_refused(tmp_path, text):
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    _bad(_cli("plan", str(p)), f"{p}:1", "refers to a node that contains it")
+
+
+def test_an_output_in_a_missing_folder_says_so(tmp_path):
+    _bad(_cli("plan", str(ROOT / "scenarios" / "chat-h100.yaml"), "--csv", str(tmp_path / "nodir" / "x.csv")),
+         "folder", "does not exist")
+    r = _cli("plan", str(ROOT / "scenarios" / "chat-h100.yaml"), "--csv", str(tmp_path / "nodir" / "x.csv"))
+    assert "not a usable file name" not in r.stderr
