@@ -127,3 +127,8 @@ def test_an_unknown_base_is_located(tmp_path):
     f.write_text("x:\n  base: vllm-asc\n")
     with pytest.raises(PlannerError, match=r"x\.yaml:2: base: expected a bundled framework .* got 'vllm-asc'"):
         load_framework_file(f)
+
+
+def test_host_times_past_ten_seconds_are_refused():
+    with pytest.raises((ValueError, PlannerError), match="at most 10 s"):
+        Framework(description="x", eager_prefill_dispatch={"value": "11 s", "source": "test"})

@@ -125,6 +125,14 @@ class Framework(Frozen):
                              f"(engines offer no other format), got {v.value.value}")
         return v
 
+    @field_validator("step_overhead", "sequence_overhead", "request_overhead", "eager_prefill_dispatch")
+    @classmethod
+    def _host_time(cls, v: Seconds | None) -> Seconds | None:
+        if v is not None and v.value > 10.0:
+            raise ValueError(f"an engine's host time is at most 10 s (a step, a sequence, a request, a launch), "
+                             f"got {v.value:g} s")
+        return v
+
     @field_validator("moe_imbalance")
     @classmethod
     def _imbalance_at_least_one(cls, v: Figure | None) -> Figure | None:
