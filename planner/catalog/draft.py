@@ -119,8 +119,9 @@ def draft(name: str | DraftSpec | None) -> DraftSpec | None:
     if not text.strip():
         raise InputError(f"an empty draft name; give a bundled draft ({', '.join(list_drafts())}) or an EAGLE-3 "
                          "config.json")
-    if text.endswith(".json") or is_dir(text):
-        path = Path(text) / "config.json" if is_dir(text) else Path(text)
+    folder = is_dir(text)
+    if text.endswith(".json") or folder:
+        path = Path(text) / "config.json" if folder else Path(text)
         if str(path) in _CACHE:          # an engine asks for its draft at every evaluation: read once
             return _CACHE[str(path)]
         try:

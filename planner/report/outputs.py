@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from planner.checks import is_file
 from planner.outputs import IMAGE_SUFFIXES, check_output
 
 
@@ -22,13 +23,8 @@ def input_files(scenario_path: str | Path, scn: Any) -> list[Path]:
         elif isinstance(v, (list, tuple)):
             for x in v:
                 walk(x)
-        elif isinstance(v, str) and 0 < len(v) < 4096:
-            for p in (Path(v), here / v):
-                try:
-                    if p.is_file():
-                        found.append(p)
-                except OSError:        # not a name this system can hold: not a file
-                    pass
+        elif isinstance(v, str) and v:
+            found.extend(p for p in (Path(v), here / v) if is_file(p))
 
     walk(scn.model_dump(mode="json") if hasattr(scn, "model_dump") else scn)
     return found

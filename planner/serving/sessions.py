@@ -145,14 +145,12 @@ class Sessions(Frozen):
             missing = [k for k in ("turns", "new_input", "output", "think") if getattr(self, k) is None]
             if missing:
                 raise ValueError(f"sessions need {', '.join(missing)} (or a preset, or a trace)")
+        from planner.checks import located
+
         typical = getattr(self.turns, "value", None) or getattr(self.turns, "median", None)
         if typical is not None and typical > MAX_TURNS:
-            from planner.checks import located
-
             raise located("turns", f"{typical:g} turns per session; expected at most {MAX_TURNS}")
         if self.turns is not None and not self.mean_turns <= MAX_TURNS:     # a heavy tail (sigma) the median hides
-            from planner.checks import located
-
             raise located("turns", f"a mean of {self.mean_turns:.3g} turns per session (its tail); expected at "
                           f"most {MAX_TURNS}: give the distribution a max, or a smaller sigma / p90")
         return self
