@@ -80,6 +80,9 @@ class Point(Frozen):
     eager_prompts: bool = Field(False, description="the run captures no graph for steps with prompt tokens "
                                 "(--enforce-eager, or cudagraph_mode FULL_DECODE_ONLY): the framework launches "
                                 "every such step eagerly (Efficiency.graph_max_tokens 0)")
+    latency_stat: Literal["mean", "median"] = Field("mean", description="which statistic over the run's requests "
+                                                    "the source prints for ttft_s / tpot_s (bench_serving's mean or "
+                                                    "its P50); a replayed run is compared on the same one")
     num_requests: int | None = Field(None, ge=1, le=100_000, description="the requests the benchmark sent, where "
                                      "the source states it: an offline run (all queued at once) or, with "
                                      "concurrency, a closed loop of that many clients is then replayed by the "
@@ -99,6 +102,9 @@ class Point(Frozen):
         if self.request_rate is not None and (self.num_requests is None or self.concurrency is not None):
             raise located("request_rate", "an open-loop run needs num_requests (the prompts sent at that rate) "
                           "and no concurrency (a closed loop of clients)")
+        if self.latency_stat == "median" and (self.metric not in ("ttft_s", "tpot_s") or self.num_requests is None):
+            raise located("latency_stat", "a median is compared on a replayed run's TTFT or TPOT: it needs "
+                          "metric ttft_s or tpot_s and num_requests")
         if self.arrivals != "poisson" and self.request_rate is None:
             raise located("arrivals", "arrivals describes an open-loop run: it needs request_rate")
         if self.metric == "server_output_tokens_per_s" and (self.ttft_bound_s is None or self.tpot_bound_s is None):
@@ -269,7 +275,8 @@ WAVE_ITERATIONS = 30
 
 @lru_cache(maxsize=256)
 def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
-    """(mean TTFT, mean TPOT, output tokens/s) of a benchmark run of ``p.num_requests``
+    """(mean TTFT, mean TPOT, output tokens/s; the medians where ``p.latency_stat`` says the source
+    prints those) of a benchmark run of ``p.num_requests``
     fixed-length requests (drawn from its dataset's lengths where ``p.lengths`` names them),
     replayed by the simulator. With ``p.concurrency`` = C, a closed loop
     (vLLM/SGLang ``bench_serving --max-concurrency C --num-prompts N``): C clients start together
@@ -318,7 +325,8 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         nxt[c:] = arrival[:-c] + e2e[:-c]          # sent when the client's previous answer is complete
         if np.array_equal(nxt, arrival):
             break
-    return float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s)), float(out.sum()) / r.makespan_s
+    stat = np.median if p.latency_stat == "median" else np.mean
+    return float(stat(r.ttft_s)), float(stat(r.tpot_s)), float(out.sum()) / r.makespan_s
 
 
 def _alone_e2e_s(m, hw, lay, dtypes, engine, inp, out, table) -> np.ndarray:

@@ -283,17 +283,36 @@ class BufferTiming(Frozen):
     note: str | None = None
 
 
+class StatePool(Frozen):
+    """How an engine that keeps linear-attention (Gated DeltaNet / Mamba) recurrent states in a
+    pool of their own splits its cache memory between that pool and the KV pool (SGLang's
+    ``handle_max_mamba_cache``): the state pool gets ``ratio / (1 + ratio)`` of it
+    (``--mamba-full-memory-ratio``), cut into whole per-request state slots, the KV pool what those
+    slots leave; a running request holds ``slots_per_request`` slots (with the radix cache on, the
+    state it decodes from plus the ones the prefix cache keeps), so the slots also cap the
+    sequences that run at once. Engines without one (vLLM's hybrid allocator pages states and KV
+    from one pool) take states out of the shared pool request by request."""
+
+    ratio: Figure
+    slots_per_request: Count
+    source: str
+    note: str | None = None
+
+
 class MemoryPolicy(Frozen):
     """How the serving engine sizes its KV-cache pool (an engine property, set by a framework).
 
     ``total_fraction``: the engine may use ``fraction`` of the device's total memory for weights,
     activations and KV cache (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``);
     ``free_fraction``: the KV cache gets ``fraction`` of the memory still free after weights and
-    activations are loaded (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction``)."""
+    activations are loaded (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction``). ``state_pool``: the
+    engine splits that memory with a pool of recurrent states (``StatePool``); None: states share
+    the KV pool."""
 
     kind: Literal["total_fraction", "free_fraction"]
     fraction: Fraction
     comm_buffers: BufferTiming | None = None
+    state_pool: StatePool | None = None
 
 
 def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:

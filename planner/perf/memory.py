@@ -160,6 +160,24 @@ def draft_weight_bytes_device(model: ModelSpec, layout: Layout, dtypes: DTypes, 
     return total
 
 
+def state_pool_split(hw: HardwareProfile, free_bytes, state_bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes left to the KV pool, most sequences the state slots hold) of cache memory
+    ``free_bytes`` where each request's recurrent state takes ``state_bytes`` (the same units: one
+    device's, or an instance's summed the same way), by the engine's ``MemoryPolicy.state_pool``:
+    SGLang gives the state pool ``r / (1 + r)`` of the memory in whole slots of one state each and
+    admits ``slots // slots_per_request`` requests; the KV pool keeps the rest. Without a split (or
+    without states) all of it is the KV pool's and only the batch limit caps the sequences (inf)."""
+    free = np.asarray(free_bytes, dtype=float)
+    state = np.asarray(state_bytes, dtype=float)
+    pol = hw.memory_policy.state_pool if hw.memory_policy is not None else None
+    if pol is None or not np.any(state > 0):
+        return free, np.full(np.broadcast_shapes(free.shape, state.shape), np.inf)
+    r = pol.ratio.value
+    slots = np.floor(np.maximum(free, 0.0) * r / (1 + r) / np.where(state > 0, state, 1.0))
+    kv = np.where(state > 0, free - slots * state, free)
+    return kv, np.where(state > 0, np.floor(slots / pol.slots_per_request.value), np.inf)
+
+
 def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes,
                          spec: Speculation | None = None) -> np.ndarray:
     """Device memory left for the KV cache: capacity minus weights (with ``spec``'s draft's),
@@ -203,27 +221,35 @@ class MemoryUse:
     kv_cache: np.ndarray
     kv_per_sequence: np.ndarray   # bytes one more sequence of the instance adds to a device
     comm_buffers: np.ndarray      # collective communicators' own buffers (``comm_buffer_bytes``)
+    state_pool: np.ndarray | float = 0.0   # recurrent-state slots of an engine that pools them apart
+    seq_cap: np.ndarray | float = np.inf   # sequences (whole instance) those slots admit
 
     def of_package(self, dies: int) -> MemoryUse:
         """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
         the largest batch is unchanged)."""
         if dies == 1:
             return self
-        return MemoryUse(*(dies * getattr(self, f.name) for f in fields(self)))
+        return MemoryUse(*(getattr(self, f.name) * (1 if f.name == "seq_cap" else dies) for f in fields(self)))
 
     @property
     def used(self) -> np.ndarray:
-        return self.reserved + self.weights + self.workspace + self.comm_buffers + self.kv_cache
+        return self.reserved + self.weights + self.workspace + self.comm_buffers + self.state_pool + self.kv_cache
 
     @property
     def fits(self) -> np.ndarray:
-        return self.used <= self.capacity
+        """The batch's memory fits, and (where the engine pools states apart) its sequences have
+        state slots: ``kv_cache / kv_per_sequence`` is the batch."""
+        ok = self.used <= self.capacity
+        if np.all(np.isinf(self.seq_cap)):
+            return ok
+        return ok & (self.kv_cache <= self.seq_cap * self.kv_per_sequence * (1 + 1e-12))
 
     @property
     def max_batch(self) -> np.ndarray:
-        """Largest number of sequences (whole instance) whose KV fits beside weights and workspace."""
-        free = self.capacity - self.reserved - self.weights - self.workspace - self.comm_buffers
-        return np.floor(np.maximum(free, 0) / self.kv_per_sequence)
+        """Largest number of sequences (whole instance) whose KV fits beside weights and workspace
+        (and the engine's state slots, which cap it too)."""
+        free = self.capacity - self.reserved - self.weights - self.workspace - self.comm_buffers - self.state_pool
+        return np.minimum(np.floor(np.maximum(free, 0) / self.kv_per_sequence), self.seq_cap)
 
 
 def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[Op], dtypes: DTypes,
@@ -233,21 +259,32 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     batch = np.asarray(batch, dtype=float)
     dp = layout.attention_dp
     per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
-    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state_bytes_per_sequence_device(
-        model, layout, dtypes.kv, state_dtype=engine_state_dtype(model, hw.efficiency))
+    state = state_bytes_per_sequence_device(model, layout, dtypes.kv,
+                                            state_dtype=engine_state_dtype(model, hw.efficiency))
+    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
     comm = comm_buffer_bytes(hw, layout) + 0 * cap
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
                + 0 * cap)
+    reserved = reserve_beside_buffers(hw, weights, workspace, comm) + 0 * cap
+    pooled, seq_cap, state_pool = 0.0, np.inf, 0.0
+    if hw.memory_policy is not None and hw.memory_policy.state_pool is not None and np.any(state > 0):
+        # the engine carves whole state slots out of the cache memory first (state_pool_split):
+        # a sequence then adds only its KV, and the slots cap the batch
+        free = cap - reserved - weights - workspace - comm
+        kv_left, per_device_cap = state_pool_split(hw, free, state)
+        state_pool, seq_cap, pooled = free - kv_left, per_device_cap * dp, state
     return MemoryUse(
         capacity=cap,
-        reserved=reserve_beside_buffers(hw, weights, workspace, comm) + 0 * cap,
+        reserved=reserved,
         weights=weights,
         workspace=workspace,
-        kv_cache=batch / dp * per_seq_dev,
-        kv_per_sequence=per_seq_dev / dp,
+        kv_cache=batch / dp * (per_seq_dev - pooled),
+        kv_per_sequence=(per_seq_dev - pooled) / dp,
         comm_buffers=comm,
+        state_pool=state_pool,
+        seq_cap=seq_cap,
     )
 
 

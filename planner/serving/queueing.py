@@ -43,6 +43,7 @@ from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     state_bytes_per_sequence_device,
+    state_pool_split,
 )
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, on_dies
@@ -103,9 +104,13 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     """(largest mean decode batch, the limit that sets it) per candidate."""
     free = free_kv_bytes_device(model, hw, lay, dtypes, engine.speculation)
     held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
-    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held
-               + state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)) / lay.attention_dp
-    n_kv = np.maximum(free, 0) / per_seq
+    state = state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)
+    # an engine that pools recurrent states apart (SGLang) carves its state slots out first: a
+    # sequence then takes only KV from what they leave, and the slots cap the batch (both memory)
+    kv_free, slot_cap = state_pool_split(hw, free, state)
+    pooled = np.where(np.isfinite(slot_cap), state, 0.0)
+    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held + state - pooled) / lay.attention_dp
+    n_kv = np.minimum(np.maximum(kv_free, 0) / per_seq, slot_cap * lay.attention_dp)
     # the whole instance's, over its DP ranks as the engine counts them (per die)
     seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp)
     verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration

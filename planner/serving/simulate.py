@@ -35,6 +35,7 @@ from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     state_bytes_per_sequence_device,
+    state_pool_split,
 )
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, dp_ranks
@@ -196,6 +197,30 @@ def kv_capacity(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     return float(np.ravel(free_dev)[0]) * dp, per_tok, state
 
 
+def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
+                engine: Engine) -> tuple[float, float, float, Engine]:
+    """``kv_capacity`` as the engine pools it, and the engine with the sequences it can hold: where
+    its recurrent states have a pool of their own (``MemoryPolicy.state_pool``: SGLang), the KV
+    pool is what the state slots leave, a request holds only its tokens there (state 0), and the
+    slots cap the running sequences (``Engine.max_num_seqs``, in the engine's own scope)."""
+    free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
+    kv, cap = state_pool_split(hw, free, state)
+    if not np.isfinite(cap):
+        return free, per_tok, state, engine
+    cap = int(cap)
+    if cap < 1:
+        pool = hw.memory_policy.state_pool
+        raise InfeasibleError(
+            f"the engine's recurrent-state pool ({pool.ratio.value:g} : 1 of the cache memory) holds no request's "
+            f"state ({state / 1e9:.2f} GB each, {pool.slots_per_request.value:g} slots per request): use more devices "
+            f"per instance, a narrower state format or a larger memory fraction")
+    dp = dp_ranks(hw, lay)
+    limit = cap if engine.limits_scope == "instance" else max(cap // dp, 1)
+    if limit < engine.max_num_seqs:
+        engine = engine.model_copy(update={"max_num_seqs": limit})
+    return float(kv), per_tok, 0.0, engine
+
+
 def check_longest_fits(input_len: np.ndarray, output_len: np.ndarray, free: float, per_tok: float, state: float,
                        pools: int, where: str) -> None:
     """A request's whole KV lives in one pool (its attention replica's, with data parallelism): the
@@ -221,7 +246,7 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     rng = np.random.default_rng(seed)
     route = rng.integers(0, instances, len(arrival_s))
     tps = request_tokens_per_step(engine, len(arrival_s), seed)
-    free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
+    free, per_tok, state, engine = cache_pools(model, hw, lay, dtypes, engine)
     check_longest_fits(input_len, output_len, free, per_tok, state, dp_ranks(hw, lay), "the instance")
     if table is None:
         table = IterationTable.for_requests(model, hw, lay, dtypes, engine, input_len, output_len)
@@ -602,7 +627,7 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
                  ttft, prefix_hit, warmup_frac, seed: int = 0) -> SimResult:
     """Token instances (taken in turn as KV caches arrive) decode requests whose first token was made
     elsewhere at ``first_token`` and whose KV is in place at ``ready``."""
-    free_kv, per_tok, state = kv_capacity(model, thw, tlay, dtypes, engine.speculation)
+    free_kv, per_tok, state, engine = cache_pools(model, thw, tlay, dtypes, engine)
     check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp_ranks(thw, tlay), "a token instance")
     dp = dp_ranks(thw, tlay)
     table = IterationTable.for_requests(model, thw, tlay, dtypes, engine, input_len, output_len)

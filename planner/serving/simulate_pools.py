@@ -34,8 +34,8 @@ from planner.serving.simulate import (
     IterationTable,
     SimResult,
     _run_instance,
+    cache_pools,
     group,
-    kv_capacity,
     request_tokens_per_step,
     split_result,
 )
@@ -209,8 +209,8 @@ def _split_path(model, dtypes, engine, arrival_s, input_len, output_len, transfe
         mine = ids[by_ready[by_machine[bounds[k]:bounds[k + 1]]]]
         if not mine.size:
             continue
-        table, free_kv, per_tok, state, dp = tables[m.kind]
-        e, pr, it, _ = _run_instance(mine, ready_all, input_len, output_len, prefix_hit, engine, table, free_kv,
+        table, free_kv, per_tok, state, dp, eng = tables[m.kind]
+        e, pr, it, _ = _run_instance(mine, ready_all, input_len, output_len, prefix_hit, eng, table, free_kv,
                                      per_tok, state, scratch, done, dp, prefilled=True, tps=tps)
         energy += e * int(np.ravel(m.lay.devices)[0])
         preempt, iters = preempt + pr, iters + it
@@ -231,8 +231,8 @@ def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, 
             continue
         if m.kind not in tables:
             tables[m.kind] = _table(model, m, dtypes, engine, input_len, output_len)
-        table, free_kv, per_tok, state, dp = tables[m.kind]
-        e, pr, it, _ = _run_instance(mine, arrival_s, input_len, output_len, prefix_hit, engine, table, free_kv,
+        table, free_kv, per_tok, state, dp, eng = tables[m.kind]
+        e, pr, it, _ = _run_instance(mine, arrival_s, input_len, output_len, prefix_hit, eng, table, free_kv,
                                      per_tok, state, ttft, done, dp, tps=tps)
         energy += e * int(np.ravel(m.lay.devices)[0])
         preempt, iters = preempt + pr, iters + it
@@ -240,12 +240,13 @@ def _mixed_path(model, dtypes, engine, arrival_s, input_len, output_len, mixed, 
 
 
 def _table(model, m: Machine, dtypes, engine, input_len, output_len):
-    """(iteration table, free KV bytes, KV bytes per token, state bytes, attention DP) of a machine."""
-    free_kv, per_tok, state = kv_capacity(model, m.hw, m.lay, dtypes, engine.speculation)
+    """(iteration table, free KV bytes, KV bytes per token, state bytes, attention DP, the engine with
+    the sequences its pools hold) of a machine (``simulate.cache_pools``)."""
+    free_kv, per_tok, state, engine = cache_pools(model, m.hw, m.lay, dtypes, engine)
     longest = int(np.max(input_len + output_len))
     if longest * per_tok + state > free_kv:
         raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
                               f"cache but a {m.hw.name} instance has {max(free_kv, 0) / 1e9:.2f} GB free")
     dp = dp_ranks(m.hw, m.lay)
     table = IterationTable.for_requests(model, m.hw, m.lay, dtypes, engine, input_len, output_len)
-    return table, free_kv, per_tok, state, dp
+    return table, free_kv, per_tok, state, dp, engine
