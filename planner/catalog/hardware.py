@@ -111,6 +111,10 @@ class Memory(Frozen):
     # the KV pool (Ascend HCCL: 2 x HCCL_BUFFSIZE, 400 MiB at the default; None: not modelled, e.g. NCCL's
     # few-MB-per-channel buffers)
     comm_buffer: Bytes | None = None
+    # device memory already taken when an engine's process starts loading weights: the part of
+    # ``capacity`` the driver keeps and the process's runtime context (CUDA / HIP / CANN and
+    # PyTorch), capacity minus the free memory engines log at start-up; None: not measured
+    startup_used: Bytes | None = None
 
 
 class HostMemory(Frozen):

@@ -163,6 +163,7 @@ class MemoryEstimate(Frozen):
     comm_buffers_in_reserve: bool = False   # created after the KV pool is sized: held in the engine's reserve
     state_pool_bytes: float = 0.0      # recurrent-state slots an engine pools apart (SGLang's mamba pool)
     state_slot_cap: int | None = None  # sequences (whole instance) those slots admit; None: no such pool
+    startup_bytes: float = 0.0         # taken before the engine loads: driver share and runtime context
     memory_fraction: float = 0.0       # the engine's memory setting in effect (MemoryPolicy.fraction)
     fraction_of: str = ""              # what it is a fraction of: "total" memory, or what weights leave ("free")
 
@@ -280,7 +281,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             kv_cache_bytes=f(mem.kv_cache), workspace_bytes=f(mem.workspace), used_bytes=f(mem.used),
             max_batch=int(f(mem.max_batch)), comm_buffer_bytes=f(mem.comm_buffers),
             comm_buffers_in_reserve=getattr(hw.memory_policy.comm_buffers, "value", None) == "reserve",
-            state_pool_bytes=f(mem.state_pool),
+            state_pool_bytes=f(mem.state_pool), startup_bytes=f(mem.startup),
             state_slot_cap=int(f(mem.seq_cap)) if np.isfinite(f(mem.seq_cap)) else None,
             memory_fraction=hw.memory_policy.fraction.value,
             fraction_of="total" if hw.memory_policy.kind == "total_fraction" else "free"),
@@ -326,6 +327,7 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
               f"workspace {f(mem.workspace):.1f} GiB, "
               + (f"communicator buffers {f(mem.comm_buffers):.1f} GiB, " if f(mem.comm_buffers) else "")
               + (f"recurrent-state slots {f(mem.state_pool):.1f} GiB, " if f(mem.state_pool) else "")
+              + (f"runtime at start-up {f(mem.startup):.1f} GiB, " if f(mem.startup) else "")
               + f"{hw.framework or 'engine'} reserve {f(mem.reserved):.1f} GiB) "
               f"but {hw.name} has {cap:.1f} GiB")
     if need <= cap and np.isfinite(_first(mem.seq_cap)):

@@ -108,6 +108,15 @@ def workspace_bytes(model: ModelSpec, layout: Layout, dtypes: DTypes):
     return PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
 
 
+def startup_bytes(hw: HardwareProfile) -> float:
+    """Device memory taken before an engine loads anything (``Memory.startup_used``: the driver's
+    share and the runtime context), which every engine's KV pool is sized without: vLLM and SGLang
+    read free memory after it exists, TensorRT-LLM's free fraction is of what it leaves; 0 where
+    the profile has not measured it."""
+    used = hw.memory.startup_used
+    return 0.0 if used is None else used.value
+
+
 def comm_buffer_bytes(hw: HardwareProfile, layout: Layout) -> np.ndarray:
     """Communicator buffers on one rank: one per parallel group that runs collectives on it (the
     tensor-parallel all-reduce group, the expert-parallel group, the pipeline's), each of the
@@ -186,7 +195,8 @@ def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, 
     hw, layout = on_dies(hw, layout)                       # one rank's, times the package's ranks
     weights = (weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
                + draft_weight_bytes_device(model, layout, dtypes, spec))
-    work, comm = workspace_bytes(model, layout, dtypes), comm_buffer_bytes(hw, layout)
+    work = workspace_bytes(model, layout, dtypes) + startup_bytes(hw)
+    comm = comm_buffer_bytes(hw, layout)
     return dies * (hw.memory.capacity.value - weights - work - comm - reserve_beside_buffers(hw, weights, work, comm))
 
 
@@ -223,6 +233,7 @@ class MemoryUse:
     comm_buffers: np.ndarray      # collective communicators' own buffers (``comm_buffer_bytes``)
     state_pool: np.ndarray | float = 0.0   # recurrent-state slots of an engine that pools them apart
     seq_cap: np.ndarray | float = np.inf   # sequences (whole instance) those slots admit
+    startup: np.ndarray | float = 0.0      # taken before the engine loads (``startup_bytes``)
 
     def of_package(self, dies: int) -> MemoryUse:
         """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
@@ -233,7 +244,8 @@ class MemoryUse:
 
     @property
     def used(self) -> np.ndarray:
-        return self.reserved + self.weights + self.workspace + self.comm_buffers + self.state_pool + self.kv_cache
+        return (self.startup + self.reserved + self.weights + self.workspace + self.comm_buffers + self.state_pool
+                + self.kv_cache)
 
     @property
     def fits(self) -> np.ndarray:
@@ -248,7 +260,8 @@ class MemoryUse:
     def max_batch(self) -> np.ndarray:
         """Largest number of sequences (whole instance) whose KV fits beside weights and workspace
         (and the engine's state slots, which cap it too)."""
-        free = self.capacity - self.reserved - self.weights - self.workspace - self.comm_buffers - self.state_pool
+        free = (self.capacity - self.startup - self.reserved - self.weights - self.workspace - self.comm_buffers
+                - self.state_pool)
         return np.minimum(np.floor(np.maximum(free, 0) / self.kv_per_sequence), self.seq_cap)
 
 
@@ -267,12 +280,13 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     comm = comm_buffer_bytes(hw, layout) + 0 * cap
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
                + 0 * cap)
-    reserved = reserve_beside_buffers(hw, weights, workspace, comm) + 0 * cap
+    startup = startup_bytes(hw) + 0 * cap
+    reserved = reserve_beside_buffers(hw, weights, workspace + startup, comm) + 0 * cap
     pooled, seq_cap, state_pool = 0.0, np.inf, 0.0
     if hw.memory_policy is not None and hw.memory_policy.state_pool is not None and np.any(state > 0):
         # the engine carves whole state slots out of the cache memory first (state_pool_split):
         # a sequence then adds only its KV, and the slots cap the batch
-        free = cap - reserved - weights - workspace - comm
+        free = cap - startup - reserved - weights - workspace - comm
         kv_left, per_device_cap = state_pool_split(hw, free, state)
         state_pool, seq_cap, pooled = free - kv_left, per_device_cap * dp, state
     return MemoryUse(
@@ -285,6 +299,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
         comm_buffers=comm,
         state_pool=state_pool,
         seq_cap=seq_cap,
+        startup=startup,
     )
 
 

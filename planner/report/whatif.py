@@ -53,6 +53,7 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
                                   if mem.comm_buffers_in_reserve else "") + ", " if mem.comm_buffer_bytes else "")
                             + (f"recurrent-state slots {si(mem.state_pool_bytes, 'B')} (the engine's state pool: "
                                f"{mem.state_slot_cap:,} requests at most), " if mem.state_slot_cap is not None else "")
+                            + (f"runtime at start-up {si(mem.startup_bytes, 'B')}, " if mem.startup_bytes else "")
                             + f"reserve {si(mem.reserved_bytes, 'B')}"
                             + (" beside them" if mem.comm_buffer_bytes and mem.comm_buffers_in_reserve else "")
                             + (f" (engine memory setting {mem.memory_fraction:g} of "
