@@ -206,7 +206,8 @@ def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, d
                          tuple(kw.items()), p.max_num_seqs, p.max_batched_tokens, p.mtp_tokens, p.mtp_acceptance,
                          p.draft)
         if p.num_requests and (p.concurrency or p.request_rate or p.metric == "offline_output_tokens_per_s"):
-            ttft, tpot, out = _replay(fw.model_dump_json(), p.model_copy(update={"metric": "ttft_s"}))
+            means, medians, out = _replay(fw.model_dump_json(), run_of(p))
+            ttft, tpot = medians if p.latency_stat == "median" else means
             return {"ttft_s": ttft, "tpot_s": tpot}.get(p.metric, out), r.regime_bounds
         return {"ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(p.metric, r.output_tokens_per_s), r.regime_bounds
     out_len = 2 if p.metric == "decode_step_s" else p.output_len
@@ -249,7 +250,7 @@ def _server(p: Point, fw: Framework, kw: dict) -> tuple[float, dict[str, str]]:
     return _server_replay(fw.model_dump_json(), p, float(saturated)), r.regime_bounds
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)
 def _server_replay(fw_json: str, p: Point, saturated_rate: float) -> float:
     """Output tokens/s at the largest Poisson rate whose replayed run of ``p``'s requests (its
     dataset's lengths, or its fixed ones) meets ``p``'s bounds at its percentile
@@ -273,12 +274,19 @@ def _server_replay(fw_json: str, p: Point, saturated_rate: float) -> float:
 WAVE_ITERATIONS = 30
 
 
-@lru_cache(maxsize=256)
-def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
-    """(mean TTFT, mean TPOT, output tokens/s; the medians where ``p.latency_stat`` says the source
-    prints those) of a benchmark run of ``p.num_requests``
-    fixed-length requests (drawn from its dataset's lengths where ``p.lengths`` names them),
-    replayed by the simulator. With ``p.concurrency`` = C, a closed loop
+def run_of(p: Point) -> Point:
+    """``p`` reduced to the run it was measured in (what it printed and how it is named dropped),
+    so the TTFT, TPOT and throughput points of one run share one replay."""
+    return p.model_copy(update={"id": "", "metric": "ttft_s", "value": 1.0, "source": "", "role": "held_out",
+                                "note": None, "latency_stat": "mean"})
+
+
+@lru_cache(maxsize=1024)
+def _replay(fw_json: str, p: Point) -> tuple[tuple[float, float], tuple[float, float], float]:
+    """((mean TTFT, mean TPOT), (their medians), output tokens/s) of a benchmark run of
+    ``p.num_requests`` fixed-length requests (drawn from its dataset's lengths where ``p.lengths``
+    names them), replayed by the simulator once per run (``run_of``), whichever of its points asks.
+    With ``p.concurrency`` = C, a closed loop
     (vLLM/SGLang ``bench_serving --max-concurrency C --num-prompts N``): C clients start together
     and each sends its next request when its previous one completes; the first wave's prompts
     queue behind each other, which a run of few waves (N / C small) averages into its mean TTFT
@@ -325,8 +333,8 @@ def _replay(fw_json: str, p: Point) -> tuple[float, float, float]:
         nxt[c:] = arrival[:-c] + e2e[:-c]          # sent when the client's previous answer is complete
         if np.array_equal(nxt, arrival):
             break
-    stat = np.median if p.latency_stat == "median" else np.mean
-    return float(stat(r.ttft_s)), float(stat(r.tpot_s)), float(out.sum()) / r.makespan_s
+    return ((float(np.mean(r.ttft_s)), float(np.mean(r.tpot_s))),
+            (float(np.median(r.ttft_s)), float(np.median(r.tpot_s))), float(out.sum()) / r.makespan_s)
 
 
 def _alone_e2e_s(m, hw, lay, dtypes, engine, inp, out, table) -> np.ndarray:
