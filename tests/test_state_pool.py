@@ -125,3 +125,16 @@ def test_no_slot_for_one_request_is_an_answer():
             "ratio": hw.memory_policy.state_pool.ratio.model_copy(update={"value": 1e-6})})})})
     with pytest.raises(InfeasibleError, match="recurrent-state pool"):
         cache_pools(m, tiny, Layout.of(1, 1, 1), resolve_dtypes(m, "bf16", None), Engine(framework="sglang"))
+
+
+def test_a_model_that_does_not_fit_is_reported_as_such_not_as_the_state_pool():
+    """No memory left after the weights: the simulator's answer is the KV shortfall (what the
+    request needs, its state included), not an empty state pool."""
+    from planner.serving.simulate import simulate
+
+    m = planner.model("qwen3-next-80b-a3b")
+    hw = with_framework(hardware("l4"), "sglang")
+    with pytest.raises(InfeasibleError, match="free after weights") as e:
+        simulate(m, hw, Layout.of(1, 1, 1), resolve_dtypes(m, "bf16", None), Engine(framework="sglang"),
+                 np.zeros(4), np.full(4, 100), np.full(4, 10))
+    assert "recurrent-state pool" not in str(e.value) and "needs 0.08 GB" in str(e.value)

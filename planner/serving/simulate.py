@@ -208,6 +208,8 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     if not np.isfinite(cap):
         return free, per_tok, state, engine
     cap = int(cap)
+    if cap < 1 and free <= 0:             # nothing left after the weights: check_longest_fits says so
+        return free, per_tok, state, engine
     if cap < 1:
         pool = hw.memory_policy.state_pool
         raise InfeasibleError(
