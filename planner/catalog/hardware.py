@@ -311,12 +311,15 @@ class MemoryPolicy(Frozen):
     ``free_fraction``: the KV cache gets ``fraction`` of the memory still free after weights and
     activations are loaded (TensorRT-LLM ``kv_cache_free_gpu_mem_fraction``). ``state_pool``: the
     engine splits that memory with a pool of recurrent states (``StatePool``); None: states share
-    the KV pool."""
+    the KV pool. ``page_tokens``: the KV cache's allocation unit."""
 
     kind: Literal["total_fraction", "free_fraction"]
     fraction: Fraction
     comm_buffers: BufferTiming | None = None
     state_pool: StatePool | None = None
+    # tokens per KV page (vLLM block_size, SGLang page_size, TensorRT-LLM tokens_per_block): a
+    # sequence holds whole pages, on average half a page more than its tokens; None: one token
+    page_tokens: Count | None = None
 
 
 def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:

@@ -108,6 +108,16 @@ def workspace_bytes(model: ModelSpec, layout: Layout, dtypes: DTypes):
     return PREFILL_CHUNK_TOKENS * (4 * model.hidden_size + 2 * width) * dtypes.act.bytes
 
 
+def page_waste_bytes(hw: HardwareProfile, per_token) -> np.ndarray | float:
+    """KV bytes a sequence holds beyond its tokens because the engine allocates whole pages of
+    ``MemoryPolicy.page_tokens`` (vLLM 16 on CUDA, 128 on Ascend): the last page is on average half
+    empty, ``(page - 1) / 2`` tokens' worth over a sequence's life (its length is spread over the
+    page's positions as it grows); 0 for one-token pages."""
+    pol = hw.memory_policy
+    page = pol.page_tokens.value if pol is not None and pol.page_tokens is not None else 1.0
+    return np.asarray(per_token, dtype=float) * (page - 1) / 2
+
+
 def startup_bytes(hw: HardwareProfile) -> float:
     """Device memory taken before an engine loads anything (``Memory.startup_used``: the driver's
     share and the runtime context), which every engine's KV pool is sized without: vLLM and SGLang
@@ -274,7 +284,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
     state = state_bytes_per_sequence_device(model, layout, dtypes.kv,
                                             state_dtype=engine_state_dtype(model, hw.efficiency))
-    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + state
+    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + page_waste_bytes(hw, per_token) + state
     cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
     comm = comm_buffer_bytes(hw, layout) + 0 * cap

@@ -42,6 +42,7 @@ from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
+    page_waste_bytes,
     state_bytes_per_sequence_device,
     state_pool_split,
 )
@@ -109,7 +110,8 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     # sequence then takes only KV from what they leave, and the slots cap the batch (both memory)
     kv_free, slot_cap = state_pool_split(hw, free, state)
     pooled = np.where(np.isfinite(slot_cap), state, 0.0)
-    per_seq = (kv_bytes_per_token_device(model, lay, dtypes.kv, hw) * held + state - pooled) / lay.attention_dp
+    per_tok = kv_bytes_per_token_device(model, lay, dtypes.kv, hw)
+    per_seq = (per_tok * held + page_waste_bytes(hw, per_tok) + state - pooled) / lay.attention_dp
     n_kv = np.minimum(np.maximum(kv_free, 0) / per_seq, slot_cap * lay.attention_dp)
     # the whole instance's, over its DP ranks as the engine counts them (per die)
     seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp)

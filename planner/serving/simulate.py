@@ -34,6 +34,7 @@ from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
+    page_waste_bytes,
     state_bytes_per_sequence_device,
     state_pool_split,
 )
@@ -201,15 +202,17 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
                 engine: Engine) -> tuple[float, float, float, Engine]:
     """``kv_capacity`` as the engine pools it, and the engine with the sequences it can hold: where
     its recurrent states have a pool of their own (``MemoryPolicy.state_pool``: SGLang), the KV
-    pool is what the state slots leave, a request holds only its tokens there (state 0), and the
-    slots cap the running sequences (``Engine.max_num_seqs``, in the engine's own scope)."""
+    pool is what the state slots leave, a request holds only its tokens there, and the slots cap
+    the running sequences (``Engine.max_num_seqs``, in the engine's own scope). The per-sequence
+    bytes returned carry the part-filled last KV page (``page_waste_bytes``)."""
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
     kv, cap = state_pool_split(hw, free, state)
+    waste = float(page_waste_bytes(hw, per_tok))   # each sequence's part-filled last KV page
     if not np.isfinite(cap):
-        return free, per_tok, state, engine
+        return free, per_tok, state + waste, engine
     cap = int(cap)
     if cap < 1 and free <= 0:             # nothing left after the weights: check_longest_fits says so
-        return free, per_tok, state, engine
+        return free, per_tok, state + waste, engine
     if cap < 1:
         pool = hw.memory_policy.state_pool
         raise InfeasibleError(
@@ -220,7 +223,7 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     limit = cap if engine.limits_scope == "instance" else max(cap // dp, 1)
     if limit < engine.max_num_seqs:
         engine = engine.model_copy(update={"max_num_seqs": limit})
-    return float(kv), per_tok, 0.0, engine
+    return float(kv), per_tok, waste, engine
 
 
 def check_longest_fits(input_len: np.ndarray, output_len: np.ndarray, free: float, per_tok: float, state: float,
