@@ -52,3 +52,14 @@ def test_whatif_names_it_and_it_never_adds_room():
     assert e.memory.used_bytes <= e.memory.capacity_bytes
     a10 = planner.estimate("llama-3.1-8b", "a10g", batch=1, input_len=100, output_len=10)
     assert a10.memory.startup_bytes == 0.0
+
+
+def test_a_profile_whose_start_up_takes_the_whole_device_is_refused_at_its_field(tmp_path):
+    from planner.errors import InputError
+
+    f = tmp_path / "p.yaml"
+    f.write_text("base: h100-sxm\nname: odd\ndescription: x\nmemory:\n  capacity: {value: 81559 MiB, source: gib_smi}\n"
+                 "  bandwidth: {value: 3.35 TB/s, source: nv_h100_ds}\n"
+                 "  startup_used: {value: 90 GiB, source: gib_smi}\n")
+    with pytest.raises(InputError, match="startup_used"):
+        hardware(str(f))

@@ -116,6 +116,14 @@ class Memory(Frozen):
     # PyTorch), capacity minus the free memory engines log at start-up; None: not measured
     startup_used: Bytes | None = None
 
+    @model_validator(mode="after")
+    def _startup_below_capacity(self) -> Memory:
+        if self.startup_used is not None and self.startup_used.value >= self.capacity.value:
+            raise ValueError(f"memory.startup_used ({self.startup_used.value / 2**30:.2f} GiB) must be below "
+                             f"memory.capacity ({self.capacity.value / 2**30:.2f} GiB): it is the part of the "
+                             f"device a process finds taken before it loads anything")
+        return self
+
 
 class HostMemory(Frozen):
     """Host memory a device reaches over a coherent chip-to-chip link (Grace LPDDR5X over
