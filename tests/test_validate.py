@@ -74,6 +74,22 @@ def test_modern_nvidia_points():
     assert all(abs(r["rel_error"]) <= 0.25 for r in rows if r["metric"] == "tpot_s")
 
 
+def test_sglang_hybrid_rows_run_the_engines_batch():
+    """SGLang's Qwen3.6-27B cookbook rows (B200 / B300, 1,024-4,096 clients; 24 held-out points).
+    SGLang pools the hybrid's recurrent states apart (memory_policy.state_pool), which caps its batch
+    below what one shared pool holds: throughput was +10..+26% without it, +4..+20% with it (median
+    +12.5%), asserted within 0..+25% per row and a median under 15% so that losing the term shows.
+    The P50 TPOT stays +28..+49% (README: not captured), so only its direction is asserted; the
+    TTFT (queueing, P50) is under by 5-19%, asserted within 30%."""
+    import numpy as np
+    rows = [r for r in validate()["points"] if r["id"].startswith("sglcb-qwen36-")]
+    assert len(rows) == 24
+    thr = [r["rel_error"] for r in rows if r["metric"] == "output_tokens_per_s"]
+    assert all(0.0 <= e <= 0.25 for e in thr) and np.median(np.abs(thr)) <= 0.15
+    assert all(abs(r["rel_error"]) <= 0.30 for r in rows if r["metric"] == "ttft_s")
+    assert all(0.0 < r["rel_error"] <= 0.60 for r in rows if r["metric"] == "tpot_s")
+
+
 def test_tensorrt_llm_throughput_table():
     """TensorRT-LLM's published offline throughput (117 rows: Llama-3.1-8B/3.3-70B/3.1-405B and
     Qwen3-235B on H100, H200, B200, Qwen3-30B-A3B on B200). The framework entry is fitted on the
