@@ -197,6 +197,16 @@ def state_pool_split(hw: HardwareProfile, free_bytes, state_bytes) -> tuple[np.n
     return kv, np.where(state > 0, np.floor(slots / pol.slots_per_request.value), np.inf)
 
 
+def cache_split(hw: HardwareProfile, free_bytes, state_bytes, per_token) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes the KV pool gets, most sequences the engine admits, bytes a sequence holds there
+    beside its tokens) of cache memory ``free_bytes``: ``state_pool_split``'s pool and cap, and per
+    sequence its part-filled last page (``page_waste_bytes``) plus its recurrent state where that
+    stays in the KV pool (no state pool of its own). The one place every evaluator sizes pools from."""
+    kv, cap = state_pool_split(hw, free_bytes, state_bytes)
+    beside = page_waste_bytes(hw, per_token) + np.where(np.isfinite(cap), 0.0, np.asarray(state_bytes, dtype=float))
+    return kv, cap, beside
+
+
 def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, dtypes: DTypes,
                          spec: Speculation | None = None) -> np.ndarray:
     """Device memory left for the KV cache: capacity minus weights (with ``spec``'s draft's),
@@ -284,31 +294,29 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     per_token = kv_bytes_per_token_device(model, layout, dtypes.kv)
     state = state_bytes_per_sequence_device(model, layout, dtypes.kv,
                                             state_dtype=engine_state_dtype(model, hw.efficiency))
-    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + page_waste_bytes(hw, per_token) + state
-    cap = np.full(np.shape(per_seq_dev), hw.memory.capacity.value)
+    cap = np.full(np.broadcast_shapes(np.shape(per_token), np.shape(context_len), np.shape(state)),
+                  hw.memory.capacity.value)
     workspace = workspace_bytes(model, layout, dtypes) + 0 * cap
     comm = comm_buffer_bytes(hw, layout) + 0 * cap
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
                + 0 * cap)
     startup = startup_bytes(hw) + 0 * cap
     reserved = reserve_beside_buffers(hw, weights, workspace + startup, comm) + 0 * cap
-    pooled, seq_cap, state_pool = 0.0, np.inf, 0.0
-    if hw.memory_policy is not None and hw.memory_policy.state_pool is not None and np.any(state > 0):
-        # the engine carves whole state slots out of the cache memory first (state_pool_split):
-        # a sequence then adds only its KV, and the slots cap the batch
-        free = cap - startup - reserved - weights - workspace - comm
-        kv_left, per_device_cap = state_pool_split(hw, free, state)
-        state_pool, seq_cap, pooled = free - kv_left, per_device_cap * dp, state
+    # an engine with a state pool (SGLang) carves whole state slots out of the cache memory first:
+    # a sequence then adds only its KV (and part-filled page), and the slots cap the batch
+    free = cap - startup - reserved - weights - workspace - comm
+    kv_left, per_device_cap, beside = cache_split(hw, free, state, per_token)
+    per_seq_dev = per_token * np.asarray(context_len, dtype=float) + beside
     return MemoryUse(
         capacity=cap,
         reserved=reserved,
         weights=weights,
         workspace=workspace,
-        kv_cache=batch / dp * (per_seq_dev - pooled),
-        kv_per_sequence=(per_seq_dev - pooled) / dp,
+        kv_cache=batch / dp * per_seq_dev,
+        kv_per_sequence=per_seq_dev / dp,
         comm_buffers=comm,
-        state_pool=state_pool,
-        seq_cap=seq_cap,
+        state_pool=free - kv_left,
+        seq_cap=per_device_cap * dp,
         startup=startup,
     )
 

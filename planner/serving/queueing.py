@@ -40,11 +40,10 @@ from planner.normal import cdf as ndtr
 from planner.normal import ppf as ndtri
 from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
+    cache_split,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
-    page_waste_bytes,
     state_bytes_per_sequence_device,
-    state_pool_split,
 )
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, on_dies
@@ -105,13 +104,12 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     """(largest mean decode batch, the limit that sets it) per candidate."""
     free = free_kv_bytes_device(model, hw, lay, dtypes, engine.speculation)
     held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
-    state = state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)
+    per_tok = kv_bytes_per_token_device(model, lay, dtypes.kv, hw)
     # an engine that pools recurrent states apart (SGLang) carves its state slots out first: a
     # sequence then takes only KV from what they leave, and the slots cap the batch (both memory)
-    kv_free, slot_cap = state_pool_split(hw, free, state)
-    pooled = np.where(np.isfinite(slot_cap), state, 0.0)
-    per_tok = kv_bytes_per_token_device(model, lay, dtypes.kv, hw)
-    per_seq = (per_tok * held + page_waste_bytes(hw, per_tok) + state - pooled) / lay.attention_dp
+    kv_free, slot_cap, beside = cache_split(hw, free, state_bytes_per_sequence_device(model, lay, dtypes.kv, hw),
+                                            per_tok)
+    per_seq = (per_tok * held + beside) / lay.attention_dp
     n_kv = np.minimum(np.maximum(kv_free, 0) / per_seq, slot_cap * lay.attention_dp)
     # the whole instance's, over its DP ranks as the engine counts them (per die)
     seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp)

@@ -32,11 +32,10 @@ from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
+    cache_split,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
-    page_waste_bytes,
     state_bytes_per_sequence_device,
-    state_pool_split,
 )
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, dp_ranks
@@ -206,13 +205,12 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     the running sequences (``Engine.max_num_seqs``, in the engine's own scope). The per-sequence
     bytes returned carry the part-filled last KV page (``page_waste_bytes``)."""
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
-    kv, cap = state_pool_split(hw, free, state)
-    waste = float(page_waste_bytes(hw, per_tok))   # each sequence's part-filled last KV page
+    kv, cap, beside = (float(x) for x in cache_split(hw, free, state, per_tok))
     if not np.isfinite(cap):
-        return free, per_tok, state + waste, engine
+        return kv, per_tok, beside, engine
     cap = int(cap)
     if cap < 1 and free <= 0:             # nothing left after the weights: check_longest_fits says so
-        return free, per_tok, state + waste, engine
+        return free, per_tok, beside + state, engine
     if cap < 1:
         pool = hw.memory_policy.state_pool
         raise InfeasibleError(
@@ -223,7 +221,7 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     limit = cap if engine.limits_scope == "instance" else max(cap // dp, 1)
     if limit < engine.max_num_seqs:
         engine = engine.model_copy(update={"max_num_seqs": limit})
-    return float(kv), per_tok, waste, engine
+    return kv, per_tok, beside, engine
 
 
 def check_longest_fits(input_len: np.ndarray, output_len: np.ndarray, free: float, per_tok: float, state: float,
