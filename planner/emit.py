@@ -141,11 +141,13 @@ def k8s_name(text: str) -> str:
 
 def _engine_plan(result: Any, scn: Any) -> dict:
     """Everything the launch files need, from the plan and the planner's own memory model."""
+    import numpy as np
+
     from planner.catalog.frameworks import as_run
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
-    from planner.perf.memory import free_kv_bytes_device
+    from planner.perf.memory import engine_fraction, free_kv_bytes_device
     from planner.perf.parallel import Layout, on_dies
 
     b = result.best
@@ -153,17 +155,20 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     hw = as_run(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
                 scn.engine.framework, None, scn.engine.memory_fraction)
     lay = Layout.of(b.tp, b.ep, b.pp)
-    kv = float(free_kv_bytes_device(m, hw, lay, resolve_dtypes(m, b.weight_dtype, b.kv_dtype)))
-    cap, f = hw.memory.capacity.value, hw.memory_policy.fraction.value
+    kv = float(free_kv_bytes_device(m, hw, lay, resolve_dtypes(m, b.weight_dtype, b.kv_dtype),
+                                    scn.engine.speculation))
+    # engine ranks: one per die (an Ascend 910C package runs as 2), as the roofline times them
+    ranks = on_dies(hw, lay)[1]
+    cap = hw.memory.capacity.value
     if hw.memory_policy.kind == "total_fraction":           # capacity - weights - workspace
+        f = float(np.ravel(engine_fraction(hw, ranks, scn.engine.speculation))[0])
         after_weights, mem_util = kv + (1 - f) * cap, f
     else:
+        f = hw.memory_policy.fraction.value
         after_weights = kv / f
         mem_util = round(1 - (after_weights - kv) / cap, 3)
     stage = max(b.tp, b.ep)
     dp = stage // b.tp
-    # engine ranks: one per die (an Ascend 910C package runs as 2), as the roofline times them
-    ranks = on_dies(hw, lay)[1]
     rank_tp, rank_dp, rank_ep = (int(x) for x in (ranks.tp, ranks.attention_dp, ranks.ep))
     return dict(
         name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),
@@ -173,7 +178,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         max_num_seqs=b.max_num_seqs,
         # what the whole instance admits, as the planner assumed it (engine.limits_scope), over its
         # engine ranks (one per die)
-        instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp)[1],
+        instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp, hw)[1],
         chunked=scn.engine.chunked_prefill, mixed=scn.engine.mixed_prefill,
         delay_passes=scn.engine.prefill_delay_passes)
 

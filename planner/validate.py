@@ -188,7 +188,7 @@ def _as_run(fw: Framework | None, p: Point) -> Framework:
         return fw
     frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")
     pol = fw.memory_policy or MemoryPolicy(kind="total_fraction", fraction=frac)   # the profiles' default kind
-    return fw.model_copy(update={"memory_policy": pol.model_copy(update={"fraction": frac})})
+    return fw.model_copy(update={"memory_policy": pol.given(frac)})
 
 
 def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:

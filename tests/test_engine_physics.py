@@ -207,7 +207,7 @@ def test_an_engine_naming_its_framework_schedules_as_that_framework(tmp_path):
     assert (trt.kv_reservation, trt.max_num_seqs) == ("full_length", 2048)
     assert Engine(framework="vllm") == default.model_copy(update={"framework": "vllm"})
     assert _framework_scheduling(Engine(framework="sglang", mixed_prefill=True)) == [
-        "engine scheduling of sglang: max_num_seqs=1024, limits_scope=instance, dp_balance=round_robin "
+        "engine scheduling of sglang: limits_scope=instance, dp_balance=round_robin "
         "(set under engine: to change)"]
     assert _framework_scheduling(Engine(framework="cloudmatrix-infer")) == []     # an entry without knobs
 

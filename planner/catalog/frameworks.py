@@ -10,12 +10,21 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import Figure, Fraction, HardwareProfile, MemoryPolicy, Seconds, ep_ranks_checked
+from planner.catalog.hardware import (
+    EngineDefaults,
+    Figure,
+    Fraction,
+    HardwareProfile,
+    MemoryPolicy,
+    Seconds,
+    ep_ranks_checked,
+)
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
+from planner.units import parse_quantity
 from planner.yamlio import load_yaml, validation_error
 
 FRAMEWORKS_FILE = Path(__file__).resolve().parent / "frameworks.yaml"
@@ -69,6 +78,47 @@ class TokenCount(Figure):
         return v
 
 
+class DeviceTier(Frozen):
+    """One row of an engine's defaults by device (``BatchDefaults``): it applies to a device with at
+    least ``min_capacity`` of memory whose name contains none of ``not_named``."""
+
+    min_capacity: float = Field(0.0, ge=0, description="bytes; text such as '70 GiB' is read")
+    not_named: list[str] = []
+    max_batched_tokens: int | None = Field(None, ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
+    graph_batch: int | None = Field(None, ge=1)
+    graph_batch_tp4: int | None = Field(None, ge=1)
+
+    @field_validator("min_capacity", mode="before")
+    @classmethod
+    def _bytes(cls, v: object) -> float:
+        return parse_quantity(v, "bytes")  # type: ignore[arg-type]
+
+    def matches(self, hw: HardwareProfile) -> bool:
+        names = (hw.name.lower(), (hw.base or "").lower())
+        return hw.memory.capacity.value >= self.min_capacity and not any(
+            word.lower() in n for word in self.not_named for n in names)
+
+
+class BatchDefaults(Frozen):
+    """The scheduler limits an engine picks by itself from the device it runs on where its launch
+    gives none (vLLM ``EngineArgs.get_batch_defaults``: larger budgets on devices of 70 GiB and
+    more; SGLang ``_handle_gpu_memory_settings``: chunked prefill size and CUDA-graph batch by GPU
+    memory): the first of ``tiers`` the device meets applies (``HardwareProfile.engine_defaults``)."""
+
+    tiers: list[DeviceTier] = Field(min_length=1)
+    seqs_per_replica: bool = False     # EngineDefaults.seqs_per_replica
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+    def for_device(self, hw: HardwareProfile) -> EngineDefaults | None:
+        tier = next((t for t in self.tiers if t.matches(hw)), None)
+        if tier is None:
+            return None
+        return EngineDefaults(**tier.model_dump(exclude={"min_capacity", "not_named"}),
+                              seqs_per_replica=self.seqs_per_replica, source=self.source)
+
+
 class Framework(Frozen):
     name: str = ""
     description: str
@@ -104,6 +154,8 @@ class Framework(Frozen):
     moe_a2a: Switch | None = None           # Efficiency.moe_a2a
     shared_expert_ranks: Switch | None = None   # Efficiency.shared_expert_ranks
     max_num_seqs: Figure | None = None
+    # limits the engine sets by device where the launch gives none (HardwareProfile.engine_defaults)
+    batch_defaults: BatchDefaults | None = None
     kv_reservation: KvReservation | None = None
     limits_scope: LimitsScope | None = None   # engine limits per attention-DP replica or for the instance
     dp_balance: DpBalance | None = None       # how requests are placed on attention-DP replicas
@@ -219,7 +271,8 @@ class Framework(Frozen):
         if self.ring_hop_latency is not None:
             hw = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(
                 update={"ring_hop_latency": self.ring_hop_latency})})
-        top: dict = {"framework": self.name or "custom", "efficiency": eff.model_copy(update=update)}
+        top: dict = {"framework": self.name or "custom", "efficiency": eff.model_copy(update=update),
+                     "engine_defaults": None if self.batch_defaults is None else self.batch_defaults.for_device(hw)}
         if self.memory_policy is not None:
             top["memory_policy"] = self.memory_policy
         return hw.model_copy(update=top)
@@ -314,9 +367,8 @@ def with_memory_fraction(hw: HardwareProfile, fraction: float | None) -> Hardwar
         return hw
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise InputError(f"memory_fraction must be in (0, 1], got {fraction!r}")
-    pol = hw.memory_policy
     given = Fraction(value=float(fraction), source="given with the run (--memory-fraction, engine.memory_fraction)")
-    return hw.model_copy(update={"memory_policy": pol.model_copy(update={"fraction": given})})
+    return hw.model_copy(update={"memory_policy": hw.memory_policy.given(given)})
 
 
 def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:

@@ -311,6 +311,31 @@ class StatePool(Frozen):
     note: str | None = None
 
 
+class StaticReserve(Frozen):
+    """SGLang's default ``--mem-fraction-static`` (``server_args._handle_gpu_memory_settings``):
+    ``(capacity - reserve) / capacity``, the reserve estimating the activations of its largest
+    prefill chunk and its CUDA-graph buffers, in MiB: ``base + per_chunk_token x max(chunk,
+    min_chunk_tokens) + per_graph_seq x cuda_graph_max_bs + per_eight_ranks x tp x pp / 8``, with
+    attention data parallelism ``+ dp x cuda_graph_max_bs x dp_per_graph_seq`` (and ``x
+    dp_large_graph_per_seq`` more above ``large_graph`` sequences), at least ``floor`` on devices of
+    more than ``floor_above`` of memory, plus ``draft`` for an EAGLE / MTP draft and its graphs. The
+    chunk and graph batch are the device's defaults (``HardwareProfile.engine_defaults``)."""
+
+    base_mib: float = Field(ge=0)
+    per_chunk_token_mib: float = Field(ge=0)
+    min_chunk_tokens: int = Field(ge=0)
+    per_graph_seq_mib: float = Field(ge=0)
+    per_eight_ranks_mib: float = Field(ge=0)
+    dp_per_graph_seq_mib: float = Field(0.0, ge=0)
+    large_graph: int = Field(0, ge=0)
+    dp_large_graph_per_seq_mib: float = Field(0.0, ge=0)
+    floor_mib: float = Field(0.0, ge=0)
+    floor_above_gib: float = Field(0.0, ge=0)
+    draft_mib: float = Field(0.0, ge=0)
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+
 class MemoryPolicy(Frozen):
     """How the serving engine sizes its KV-cache pool (an engine property, set by a framework).
 
@@ -328,6 +353,13 @@ class MemoryPolicy(Frozen):
     # tokens per KV page (vLLM block_size, SGLang page_size, TensorRT-LLM tokens_per_block): a
     # sequence holds whole pages, on average half a page more than its tokens; None: one token
     page_tokens: Count | None = None
+    # the engine picks its total fraction itself where the launch gives none (SGLang): ``fraction``
+    # is then only what is said when the device's size is unknown
+    static_reserve: StaticReserve | None = None
+
+    def given(self, fraction: Fraction) -> MemoryPolicy:
+        """This policy with the memory setting a launch gave (the engine's own rule then unused)."""
+        return self.model_copy(update={"fraction": fraction, "static_reserve": None})
 
 
 def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:
@@ -427,6 +459,21 @@ class Efficiency(Frozen):
         return self.grouped_by_format.get(fmt) or self.grouped_gemm
 
 
+class EngineDefaults(Frozen):
+    """Scheduler limits a serving engine sets itself on this device where its launch gives none,
+    by the device's memory (set by a framework entry's ``batch_defaults``: vLLM's
+    ``EngineArgs.get_batch_defaults``, SGLang's ``_handle_gpu_memory_settings``)."""
+
+    max_batched_tokens: int | None = Field(None, ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
+    # the sequence limit is each attention-DP replica's (SGLang sizes each DP worker's own), even
+    # where a limit the launch gives counts the whole instance (``Engine.limits_scope``)
+    seqs_per_replica: bool = False
+    graph_batch: int | None = Field(None, ge=1)       # largest decode batch captured in a graph, TP < 4
+    graph_batch_tp4: int | None = Field(None, ge=1)   # the same at TP >= 4
+    source: str = Field(min_length=1)
+
+
 class HardwareProfile(Frozen):
     """One accelerator (per device figures) as deployed in a node or supernode."""
 
@@ -445,6 +492,7 @@ class HardwareProfile(Frozen):
         kind="total_fraction", fraction=Fraction(value=0.9, source="vllm_memory",
                                                  note="vLLM gpu_memory_utilization default"))
     framework: str | None = None   # the serving framework entry applied to this profile, if any
+    engine_defaults: EngineDefaults | None = None   # that framework's scheduler defaults on this device
     dies: Count | None = None      # compute dies per package that software runs as separate ranks
     sources: dict[str, str] = {}
     base: str | None = None

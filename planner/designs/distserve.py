@@ -121,7 +121,7 @@ def prefill_goodput(model, hw, lay: Layout, dtypes, engine: Engine, workload: Wo
     d = np.stack([prompt_service(model, hw, Layout.of(t, 1, p), dtypes, workload)[1]
                   for t, p in zip(lay.tp, lay.pp, strict=True)])               # (C, 48) seconds
     stats = length_stats(workload)
-    budget = float(max(engine.max_batched_tokens, stats.mean_prompt_len))
+    budget = float(max(engine.batch_limits(hw)[1], stats.mean_prompt_len))
     mu = budget / iteration(model, hw, lay, dtypes, 0.0, 16.0, budget, stats.mean_prompt_len).time_s   # tokens/s
     es = (stats.mean_prefill / mu)[:, None]                                   # server seconds per request
     cs2 = stats.second_prefill / stats.mean_prefill**2 - 1

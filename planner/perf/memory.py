@@ -140,18 +140,47 @@ def comm_buffer_bytes(hw: HardwareProfile, layout: Layout) -> np.ndarray:
     return groups * buf.value
 
 
-def reserved_bytes(hw: HardwareProfile, weights, workspace) -> np.ndarray:
+def engine_fraction(hw: HardwareProfile, layout: Layout | None = None,
+                    spec: Speculation | None = None) -> np.ndarray | float:
+    """The memory setting the engine runs with (``MemoryPolicy.fraction``), or, for an engine that
+    picks it itself (``MemoryPolicy.static_reserve``: SGLang without ``--mem-fraction-static``),
+    the one it picks for this device, layout (one rank's) and draft: ``(capacity - reserve) /
+    capacity``, rounded to 3 places as SGLang does."""
+    pol = hw.memory_policy
+    rule, d = pol.static_reserve, hw.engine_defaults
+    if rule is None or d is None or d.max_batched_tokens is None:
+        return pol.fraction.value
+    lay = layout or Layout.of()
+    tp, pp, dp = (np.asarray(x, dtype=float) for x in (lay.stage_devices, lay.pp, lay.attention_dp))
+    graph = np.where(tp >= 4, d.graph_batch_tp4 or d.graph_batch or 0, d.graph_batch or 0)
+    mib = (rule.base_mib + rule.per_chunk_token_mib * max(d.max_batched_tokens, rule.min_chunk_tokens)
+           + rule.per_graph_seq_mib * graph + rule.per_eight_ranks_mib * tp * pp / 8
+           + np.where(dp > 1, graph * dp * (rule.dp_per_graph_seq_mib
+                                            + np.where(graph > rule.large_graph, rule.dp_large_graph_per_seq_mib, 0)),
+                      0.0))
+    cap_mib = hw.memory.capacity.value / 2**20
+    if cap_mib > rule.floor_above_gib * 1024:
+        mib = np.maximum(mib, rule.floor_mib)
+    if spec is not None and spec.draft_tokens:
+        mib = mib + rule.draft_mib
+    return np.clip(np.round((cap_mib - mib) / cap_mib, 3), 0.0, 1.0)
+
+
+def reserved_bytes(hw: HardwareProfile, weights, workspace, layout: Layout | None = None,
+                   spec: Speculation | None = None) -> np.ndarray:
     """Device memory the engine keeps out of its KV pool beyond weights and workspace, by its
     policy (``HardwareProfile.memory_policy``): ``(1 - f) x total`` for vLLM/SGLang-style
-    engines, ``(1 - f) x (total - weights - workspace)`` for TensorRT-LLM's free fraction."""
+    engines (``f``: ``engine_fraction``), ``(1 - f) x (total - weights - workspace)`` for
+    TensorRT-LLM's free fraction."""
     cap, pol = hw.memory.capacity.value, hw.memory_policy
-    f = pol.fraction.value
     if pol.kind == "free_fraction":
+        f = pol.fraction.value
         return (1 - f) * np.maximum(cap - np.asarray(weights) - np.asarray(workspace), 0.0)
-    return (1 - f) * cap + 0 * np.asarray(weights, dtype=float)
+    return (1 - engine_fraction(hw, layout, spec)) * cap + 0 * np.asarray(weights, dtype=float)
 
 
-def reserve_beside_buffers(hw: HardwareProfile, weights, workspace, comm) -> np.ndarray:
+def reserve_beside_buffers(hw: HardwareProfile, weights, workspace, comm, layout: Layout | None = None,
+                           spec: Speculation | None = None) -> np.ndarray:
     """The engine's reserve (``reserved_bytes``) beside the communicator buffers ``comm``: all of
     it where the buffers exist before the engine sizes its KV pool (``MemoryPolicy.comm_buffers``
     kv_pool: they are then part of the memory the policy sizes around), else the part of it the
@@ -159,8 +188,8 @@ def reserve_beside_buffers(hw: HardwareProfile, weights, workspace, comm) -> np.
     reserve cannot hold)."""
     timing = hw.memory_policy.comm_buffers
     if timing is not None and timing.value == "reserve":
-        return np.maximum(reserved_bytes(hw, weights, workspace) - comm, 0.0)
-    return reserved_bytes(hw, weights, np.asarray(workspace) + comm)
+        return np.maximum(reserved_bytes(hw, weights, workspace, layout, spec) - comm, 0.0)
+    return reserved_bytes(hw, weights, np.asarray(workspace) + comm, layout, spec)
 
 
 def draft_weight_bytes_device(model: ModelSpec, layout: Layout, dtypes: DTypes, spec: Speculation | None) -> float:
@@ -217,7 +246,8 @@ def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, 
                + draft_weight_bytes_device(model, layout, dtypes, spec))
     work = workspace_bytes(model, layout, dtypes) + startup_bytes(hw)
     comm = comm_buffer_bytes(hw, layout)
-    return dies * (hw.memory.capacity.value - weights - work - comm - reserve_beside_buffers(hw, weights, work, comm))
+    return dies * (hw.memory.capacity.value - weights - work - comm
+                   - reserve_beside_buffers(hw, weights, work, comm, layout, spec))
 
 
 def _stored_ops(model: ModelSpec, layout: Layout) -> list[Op]:
@@ -301,7 +331,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
                + 0 * cap)
     startup = startup_bytes(hw) + 0 * cap
-    reserved = reserve_beside_buffers(hw, weights, workspace + startup, comm) + 0 * cap
+    reserved = reserve_beside_buffers(hw, weights, workspace + startup, comm, layout, spec) + 0 * cap
     # an engine with a state pool (SGLang) carves whole state slots out of the cache memory first:
     # a sequence then adds only its KV (and part-filled page), and the slots cap the batch
     free = cap - startup - reserved - weights - workspace - comm

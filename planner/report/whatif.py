@@ -58,6 +58,8 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
                             + (" beside them" if mem.comm_buffer_bytes and mem.comm_buffers_in_reserve else "")
                             + (f" (engine memory setting {mem.memory_fraction:g} of "
                                + ("total memory" if mem.fraction_of == "total" else "what the weights leave")
+                               + (", the engine's own pick for this device, layout and draft" if mem.fraction_auto
+                                  else "")
                                + "; --memory-fraction to change)" if mem.fraction_of else "")),
         ("max batch that fits", f"{mem.max_batch:,}"),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),

@@ -168,11 +168,35 @@ class Engine(Frozen):
                 raise located("mtp_acceptance_sd", str(e)) from None
         return self
 
-    def instance_limits(self, dp: int) -> tuple[int, int]:
-        """(sequences, tokens per iteration) the whole instance admits with ``dp`` attention
-        data-parallel replicas (``limits_scope``)."""
+    def batch_limits(self, hw: HardwareProfile | None = None) -> tuple[int, int, bool]:
+        """(sequences, tokens per iteration, whether that sequence limit is each attention replica's
+        whatever ``limits_scope`` says) the engine runs with on ``hw``: the ones given (or set by
+        the framework entry's knobs), else the ones the engine picks for that device where the
+        launch gives none (``HardwareProfile.engine_defaults``: vLLM 2,048 tokens and 256
+        sequences below 70 GiB, SGLang's chunk by GPU memory), else these fields' defaults."""
+        seqs, tokens, per_replica = self.max_num_seqs, self.max_batched_tokens, False
+        d = hw.engine_defaults if hw is not None else None
+        if d is not None:
+            if "max_num_seqs" not in self.model_fields_set and d.max_num_seqs is not None:
+                seqs, per_replica = d.max_num_seqs, d.seqs_per_replica
+            if "max_batched_tokens" not in self.model_fields_set and d.max_batched_tokens is not None:
+                tokens = d.max_batched_tokens
+        return seqs, tokens, per_replica
+
+    def instance_limits(self, dp, hw: HardwareProfile | None = None) -> tuple:
+        """(sequences, tokens per iteration) the whole instance admits on ``hw`` (``batch_limits``)
+        with ``dp`` attention data-parallel replicas (``limits_scope``)."""
+        seqs, tokens, per_replica = self.batch_limits(hw)
         k = dp if self.limits_scope == "replica" else 1
-        return self.max_num_seqs * k, self.max_batched_tokens * k
+        return seqs * (dp if per_replica else k), tokens * k
+
+    def for_device(self, hw: HardwareProfile, dp: int) -> Engine:
+        """This engine with the limits it runs with on ``hw`` (``batch_limits``) written out, in its
+        own ``limits_scope``, for an instance of ``dp`` attention replicas."""
+        seqs, tokens, per_replica = self.batch_limits(hw)
+        if per_replica and self.limits_scope == "instance":
+            seqs *= dp
+        return self.model_copy(update={"max_num_seqs": int(seqs), "max_batched_tokens": int(tokens)})
 
     @property
     def speculation(self) -> Speculation:

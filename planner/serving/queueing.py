@@ -112,7 +112,7 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     per_seq = (per_tok * held + beside) / lay.attention_dp
     n_kv = np.minimum(np.maximum(kv_free, 0) / per_seq, slot_cap * lay.attention_dp)
     # the whole instance's, over its DP ranks as the engine counts them (per die)
-    seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp)
+    seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp, hw)
     verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration
     n_budget = (tokens - np.asarray(lay.attention_dp, float)) / verify + 0 * n_kv   # decodes must fit the budget
     limits = np.stack(np.broadcast_arrays(n_kv, n_budget, seqs + 0 * n_kv))
@@ -160,7 +160,7 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
     spec = engine.speculation
     verify = 1.0 + spec.draft_tokens           # tokens verified per sequence
     ranks = on_dies(hw, L)[1].attention_dp                                   # (candidates, 1, 1), per die
-    C = engine.instance_limits(np.reshape(ranks, (-1, 1)))[1]              # budget of the whole instance
+    C = engine.instance_limits(np.reshape(ranks, (-1, 1)), hw)[1]          # budget of the whole instance
     # Prompts arrive in lumps: an iteration carrying a prompt chunk is compute-bound and every
     # decoding sequence waits for it, so charge prefill at its marginal cost in a chunk of the
     # typical prompt size rather than spreading it thinly over memory-bound decode iterations.

@@ -83,7 +83,7 @@ class IterationTable:
         """The table of an instance serving these requests: contexts up to the longest, prompts of
         their mean length, decodes and tokens up to the instance's limits."""
         return cls(model, hw, lay, dtypes, engine, float(np.max(input_len + output_len)), float(np.mean(input_len)),
-                   *engine.instance_limits(dp_ranks(hw, lay)))
+                   *engine.instance_limits(dp_ranks(hw, lay), hw))
 
     def _axis(self, lo: float, hi: float) -> np.ndarray:
         return np.concatenate([[0.0], np.geomspace(lo, hi, self.POINTS)])
@@ -203,7 +203,10 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     its recurrent states have a pool of their own (``MemoryPolicy.state_pool``: SGLang), the KV
     pool is what the state slots leave, a request holds only its tokens there, and the slots cap
     the running sequences (``Engine.max_num_seqs``, in the engine's own scope). The per-sequence
-    bytes returned carry the part-filled last KV page (``page_waste_bytes``)."""
+    bytes returned carry the part-filled last KV page (``page_waste_bytes``). The engine returned
+    has the limits it runs with on ``hw`` written out (``Engine.for_device``)."""
+    dp = dp_ranks(hw, lay)
+    engine = engine.for_device(hw, dp)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
     kv, cap, beside = (float(x) for x in cache_split(hw, free, state, per_tok))
     if not np.isfinite(cap):
@@ -217,7 +220,6 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
             f"the engine's recurrent-state pool ({pool.ratio.value:g} : 1 of the cache memory) holds no request's "
             f"state ({state / 1e9:.2f} GB each, {pool.slots_per_request.value:g} slots per request): use more devices "
             f"per instance, a narrower state format or a larger memory fraction")
-    dp = dp_ranks(hw, lay)
     limit = cap if engine.limits_scope == "instance" else max(cap // dp, 1)
     if limit < engine.max_num_seqs:
         engine = engine.model_copy(update={"max_num_seqs": limit})
