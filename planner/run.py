@@ -139,7 +139,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
             seen.add(key)
             alternatives.append(d)
     stats = length_stats(workload)
-    notes, sim = _framework_scheduling(scn.engine), None
+    notes, sim = _framework_scheduling(scn.engine) + _device_limits(scn.engine, best.hardware), None
     if scn.engine.mtp_tokens:
         notes.append(f"decode with {scn.engine.mtp_tokens} MTP draft token(s), {scn.engine.mtp_acceptance:.0%} "
                      f"accepted: {scn.engine.speculation.tokens_per_step:.2f} tokens per decode step")
@@ -184,6 +184,27 @@ def _headroom_note(best) -> str | None:
     margin = f"{THROUGHPUT_MARGIN:.0%}"
     return (f"each instance runs at {share:.0%} of the most load that meets the SLOs: {margin} less throughput "
             f"than modelled would miss them; {safe} instances keep {margin} in hand")
+
+
+def _device_limits(engine, hardware: str) -> list[str]:
+    """A note naming the batch limits the engine picks by itself on the chosen device where the
+    scenario gives none (``Engine.batch_limits``: vLLM's budget below 70 GiB, SGLang's chunk)."""
+    from planner.catalog.frameworks import as_run
+
+    hw = as_run(hardware, engine.framework, None, engine.memory_fraction)
+    d = hw.engine_defaults
+    if d is None:
+        return []
+    seqs, tokens, per_replica = engine.batch_limits(hw)
+    parts = []
+    if "max_batched_tokens" not in engine.model_fields_set and d.max_batched_tokens is not None:
+        parts.append(f"{tokens:,} tokens per iteration")
+    if "max_num_seqs" not in engine.model_fields_set and d.max_num_seqs is not None:
+        parts.append(f"{seqs:,} sequences" + (" per attention-DP worker" if per_replica else ""))
+    if not parts:
+        return []
+    return [f"engine limits on {hw.name}: {', '.join(parts)} ({hw.framework}'s own default for this device; "
+            f"engine.max_batched_tokens / engine.max_num_seqs to change)"]
 
 
 def _framework_scheduling(engine) -> list[str]:

@@ -105,3 +105,15 @@ def test_simulator_runs_the_devices_limits():
     told = simulate(m, hw, lay, dt, Engine(max_batched_tokens=8192), **one)
     assert small.iterations > told.iterations
     assert small.ttft_s[0] > told.ttft_s[0]
+
+
+def test_a_plan_names_the_limits_the_engine_picked_for_its_device():
+    from planner.run import _device_limits
+
+    assert _device_limits(Engine(), "a100-80g") == [
+        "engine limits on a100-80g: 2,048 tokens per iteration, 256 sequences (vllm's own default for this device; "
+        "engine.max_batched_tokens / engine.max_num_seqs to change)"]
+    assert _device_limits(Engine(framework="sglang"), "b200")[0].startswith(
+        "engine limits on b200: 16,384 tokens per iteration, 2,048 sequences per attention-DP worker")
+    assert _device_limits(Engine(max_batched_tokens=4096, max_num_seqs=64), "a100-80g") == []
+    assert _device_limits(Engine(framework="tensorrt-llm"), "h100-sxm") == []    # no rule by device
