@@ -117,3 +117,20 @@ def test_a_plan_names_the_limits_the_engine_picked_for_its_device():
         "engine limits on b200: 16,384 tokens per iteration, 2,048 sequences per attention-DP worker")
     assert _device_limits(Engine(max_batched_tokens=4096, max_num_seqs=64), "a100-80g") == []
     assert _device_limits(Engine(framework="tensorrt-llm"), "h100-sxm") == []    # no rule by device
+
+
+def test_sglang_pool_by_hand_its_fraction_of_the_memory_free_at_start():
+    """SGLang's pool is f x (memory free at start-up) - weights: its activations live in the 1 - f
+    it keeps back (model_runner: rest = free after load - free before load x (1 - f)), where vLLM's
+    profiled activations (the workspace) count against its fraction of total memory."""
+    from planner.catalog.model_catalog import model
+    from planner.perf.memory import startup_bytes, weight_bytes_device, workspace_bytes
+    from planner.perf.ops import DTypes, Step, layer_ops
+
+    m, dt, lay = model("llama-3.1-8b"), DTypes(), Layout.of(1)
+    weights = float(weight_bytes_device(layer_ops(m, lay, Step.of(1, 1, 0), dt), lay, dt))
+    sg, vl = as_run("h100-sxm", "sglang"), as_run("h100-sxm", "vllm")
+    cap, start = sg.memory.capacity.value, startup_bytes(sg)
+    assert float(free_kv_bytes_device(m, sg, lay, dt)) == pytest.approx(0.835 * (cap - start) - weights, rel=1e-12)
+    act = float(workspace_bytes(m, lay, dt))
+    assert float(free_kv_bytes_device(m, vl, lay, dt)) == pytest.approx(0.9 * cap - start - weights - act, rel=1e-12)

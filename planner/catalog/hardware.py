@@ -295,6 +295,14 @@ class BufferTiming(Frozen):
     note: str | None = None
 
 
+class Flag(Frozen):
+    """A sourced yes / no property of an engine."""
+
+    value: bool
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+
 class StatePool(Frozen):
     """How an engine that keeps linear-attention (Gated DeltaNet / Mamba) recurrent states in a
     pool of their own splits its cache memory between that pool and the KV pool (SGLang's
@@ -356,6 +364,11 @@ class MemoryPolicy(Frozen):
     # the engine picks its total fraction itself where the launch gives none (SGLang): ``fraction``
     # is then only what is said when the device's size is unknown
     static_reserve: StaticReserve | None = None
+    # SGLang's pool (model_runner: rest = memory free after the weights load - memory free before
+    # they load x (1 - mem_fraction_static)): its fraction is of the memory free when it starts,
+    # not of capacity, and its activations live in the 1 - f it keeps back; vLLM takes its
+    # fraction of total memory and counts its profiled activations against it (False)
+    activations_in_reserve: Flag | None = None
 
     def given(self, fraction: Fraction) -> MemoryPolicy:
         """This policy with the memory setting a launch gave (the engine's own rule then unused)."""

@@ -167,20 +167,24 @@ def engine_fraction(hw: HardwareProfile, layout: Layout | None = None,
 
 
 def reserved_bytes(hw: HardwareProfile, weights, workspace, layout: Layout | None = None,
-                   spec: Speculation | None = None) -> np.ndarray:
+                   spec: Speculation | None = None, activations=0.0) -> np.ndarray:
     """Device memory the engine keeps out of its KV pool beyond weights and workspace, by its
-    policy (``HardwareProfile.memory_policy``): ``(1 - f) x total`` for vLLM/SGLang-style
-    engines (``f``: ``engine_fraction``), ``(1 - f) x (total - weights - workspace)`` for
-    TensorRT-LLM's free fraction."""
+    policy (``HardwareProfile.memory_policy``): ``(1 - f) x total`` for vLLM-style engines
+    (``f``: ``engine_fraction``); for SGLang (``activations_in_reserve``) ``(1 - f)`` of the
+    memory free at start-up, less the ``activations`` (part of ``workspace``) that live in it;
+    ``(1 - f) x (total - weights - workspace)`` for TensorRT-LLM's free fraction."""
     cap, pol = hw.memory.capacity.value, hw.memory_policy
     if pol.kind == "free_fraction":
         f = pol.fraction.value
         return (1 - f) * np.maximum(cap - np.asarray(weights) - np.asarray(workspace), 0.0)
-    return (1 - engine_fraction(hw, layout, spec)) * cap + 0 * np.asarray(weights, dtype=float)
+    keep = 1 - engine_fraction(hw, layout, spec)
+    if pol.activations_in_reserve is not None and pol.activations_in_reserve.value:
+        return np.maximum(keep * (cap - startup_bytes(hw)) - activations, 0.0) + 0 * np.asarray(weights, dtype=float)
+    return keep * cap + 0 * np.asarray(weights, dtype=float)
 
 
 def reserve_beside_buffers(hw: HardwareProfile, weights, workspace, comm, layout: Layout | None = None,
-                           spec: Speculation | None = None) -> np.ndarray:
+                           spec: Speculation | None = None, activations=0.0) -> np.ndarray:
     """The engine's reserve (``reserved_bytes``) beside the communicator buffers ``comm``: all of
     it where the buffers exist before the engine sizes its KV pool (``MemoryPolicy.comm_buffers``
     kv_pool: they are then part of the memory the policy sizes around), else the part of it the
@@ -188,8 +192,8 @@ def reserve_beside_buffers(hw: HardwareProfile, weights, workspace, comm, layout
     reserve cannot hold)."""
     timing = hw.memory_policy.comm_buffers
     if timing is not None and timing.value == "reserve":
-        return np.maximum(reserved_bytes(hw, weights, workspace, layout, spec) - comm, 0.0)
-    return reserved_bytes(hw, weights, np.asarray(workspace) + comm, layout, spec)
+        return np.maximum(reserved_bytes(hw, weights, workspace, layout, spec, activations) - comm, 0.0)
+    return reserved_bytes(hw, weights, np.asarray(workspace) + comm, layout, spec, activations)
 
 
 def draft_weight_bytes_device(model: ModelSpec, layout: Layout, dtypes: DTypes, spec: Speculation | None) -> float:
@@ -244,10 +248,11 @@ def free_kv_bytes_device(model: ModelSpec, hw: HardwareProfile, layout: Layout, 
     hw, layout = on_dies(hw, layout)                       # one rank's, times the package's ranks
     weights = (weight_bytes_device(_stored_ops(model, layout), layout, dtypes)
                + draft_weight_bytes_device(model, layout, dtypes, spec))
-    work = workspace_bytes(model, layout, dtypes) + startup_bytes(hw)
+    act = workspace_bytes(model, layout, dtypes)
+    work = act + startup_bytes(hw)
     comm = comm_buffer_bytes(hw, layout)
     return dies * (hw.memory.capacity.value - weights - work - comm
-                   - reserve_beside_buffers(hw, weights, work, comm, layout, spec))
+                   - reserve_beside_buffers(hw, weights, work, comm, layout, spec, act))
 
 
 def _stored_ops(model: ModelSpec, layout: Layout) -> list[Op]:
@@ -331,7 +336,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     weights = (weight_bytes_device(ops, layout, dtypes) + draft_weight_bytes_device(model, layout, dtypes, spec)
                + 0 * cap)
     startup = startup_bytes(hw) + 0 * cap
-    reserved = reserve_beside_buffers(hw, weights, workspace + startup, comm, layout, spec) + 0 * cap
+    reserved = reserve_beside_buffers(hw, weights, workspace + startup, comm, layout, spec, workspace) + 0 * cap
     # an engine with a state pool (SGLang) carves whole state slots out of the cache memory first:
     # a sequence then adds only its KV (and part-filled page), and the slots cap the batch
     free = cap - startup - reserved - weights - workspace - comm
