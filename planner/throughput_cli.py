@@ -69,6 +69,8 @@ def run_throughput(model: str, hardware, *, concurrency: int | None, rate: float
                        f"{s.total_tokens_per_s:,.0f} total tokens/s"),
         ("TTFT / TPOT (mean)", f"{si(s.ttft_s, 's')} / {si(s.tpot_s, 's')}"),
         ("decode batch", f"{s.decode_batch:.1f} sequences"), ("limited by", s.limit),
+        ("engine limits", f"{s.max_num_seqs:,} sequences, {s.max_batched_tokens:,} tokens per iteration "
+                          f"({s.framework or 'vllm'} on {s.hardware}: as given, else its own default there)"),
         ("power", si(s.power_w, "W")), *([("cost", f"${s.usd_per_h:,.2f}/h")] if s.usd_per_h is not None else []),
     ]))
 

@@ -134,3 +134,13 @@ def test_sglang_pool_by_hand_its_fraction_of_the_memory_free_at_start():
     assert float(free_kv_bytes_device(m, sg, lay, dt)) == pytest.approx(0.835 * (cap - start) - weights, rel=1e-12)
     act = float(workspace_bytes(m, lay, dt))
     assert float(free_kv_bytes_device(m, vl, lay, dt)) == pytest.approx(0.9 * cap - start - weights - act, rel=1e-12)
+
+
+def test_throughput_reports_the_limits_it_ran_with():
+    import planner
+
+    s = planner.throughput("llama-3.1-8b", "l40s", input_len=1000, output_len=200)
+    assert (s.max_num_seqs, s.max_batched_tokens) == (256, 2048)            # vLLM below 70 GiB
+    s = planner.throughput("llama-3.1-8b", "l40s", input_len=1000, output_len=200,
+                           engine=Engine(max_batched_tokens=8192))
+    assert (s.max_num_seqs, s.max_batched_tokens) == (256, 8192)

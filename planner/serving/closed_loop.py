@@ -17,7 +17,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
 from planner.perf.estimate import phase_bounds, resolve_dtypes
 from planner.perf.ops import Step
-from planner.perf.parallel import Layout, check_layout
+from planner.perf.parallel import Layout, check_layout, dp_ranks
 from planner.perf.roofline import step_time
 from planner.serving.batching import Engine
 from planner.serving.queueing import PREFILL_CAPACITY, Curve, serving_curve
@@ -51,6 +51,8 @@ class ServingEstimate(InstanceRequests, Banded):
     power_w: float              # all accelerators of the instance
     usd_per_h: float | None
     limit: str                  # what caps throughput at this concurrency
+    max_num_seqs: int = 0       # the engine's limits on this device, for the whole instance
+    max_batched_tokens: int = 0  # (Engine.instance_limits: given, else the engine's default for it)
 
 
 def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: int, pp: int, ep: int,
@@ -127,6 +129,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])
     bounds = _bounds_at(m, hw, lay, dtypes, nb, input_len, output_len)
+    seqs_cap, tokens_cap = (engine or Engine()).instance_limits(dp_ranks(hw, lay), hw)
     return ServingEstimate(
         model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, input_len=input_len,
         output_len=output_len,
@@ -134,6 +137,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         requests_per_s=float(x), ttft_s=float(ttft), tpot_s=float(t), concurrency=float(pop),
         decode_batch=float(nb), accelerators=devices, power_w=float(power * devices),
         usd_per_h=devices * hw.price.rent.value if hw.price.rent else None, limit=limit, regime_bounds=bounds,
+        max_num_seqs=int(seqs_cap), max_batched_tokens=int(tokens_cap),
         **band_fields(hw.vendor, hw.framework, bounds, float(ttft), float(t), float(x * output_len)))
 
 
