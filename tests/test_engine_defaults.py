@@ -144,3 +144,10 @@ def test_throughput_reports_the_limits_it_ran_with():
     s = planner.throughput("llama-3.1-8b", "l40s", input_len=1000, output_len=200,
                            engine=Engine(max_batched_tokens=8192))
     assert (s.max_num_seqs, s.max_batched_tokens) == (256, 8192)
+
+
+def test_a_multi_die_package_is_seen_die_by_die():
+    """SGLang on a 910C runs one rank per die: the die's 61 GiB pick the Atlas A2/A3 row (32,768
+    tokens), not the package's 122 GiB."""
+    for name in ("ascend-910c", "cloudmatrix384"):
+        assert Engine(framework="sglang-ascend").batch_limits(as_run(name, "sglang-ascend"))[1] == 32768

@@ -95,8 +95,9 @@ class DeviceTier(Frozen):
         return parse_quantity(v, "bytes")  # type: ignore[arg-type]
 
     def matches(self, hw: HardwareProfile) -> bool:
+        """The device the engine sees is one die of a multi-die package (each its own rank)."""
         names = (hw.name.lower(), (hw.base or "").lower())
-        return hw.memory.capacity.value >= self.min_capacity and not any(
+        return hw.memory.capacity.value / hw.dies_per_device >= self.min_capacity and not any(
             word.lower() in n for word in self.not_named for n in names)
 
 

@@ -158,7 +158,7 @@ def engine_fraction(hw: HardwareProfile, layout: Layout | None = None,
            + np.where(dp > 1, graph * dp * (rule.dp_per_graph_seq_mib
                                             + np.where(graph > rule.large_graph, rule.dp_large_graph_per_seq_mib, 0)),
                       0.0))
-    cap_mib = hw.memory.capacity.value / 2**20
+    cap_mib = hw.memory.capacity.value / hw.dies_per_device / 2**20      # one die's: the device it sees
     if cap_mib > rule.floor_above_gib * 1024:
         mib = np.maximum(mib, rule.floor_mib)
     if spec is not None and spec.draft_tokens:
