@@ -192,17 +192,15 @@ def _device_limits(engine, hardware: str) -> list[str]:
     from planner.catalog.frameworks import as_run
 
     hw = as_run(hardware, engine.framework, None, engine.memory_fraction)
-    d = hw.engine_defaults
-    if d is None:
+    picked = engine.device_picks(hw)
+    if not picked:
         return []
-    seqs, tokens, per_replica = engine.batch_limits(hw)
     parts = []
-    if "max_batched_tokens" not in engine.model_fields_set and d.max_batched_tokens is not None:
-        parts.append(f"{tokens:,} tokens per iteration")
-    if "max_num_seqs" not in engine.model_fields_set and d.max_num_seqs is not None:
-        parts.append(f"{seqs:,} sequences" + (" per attention-DP worker" if per_replica else ""))
-    if not parts:
-        return []
+    if "max_batched_tokens" in picked:
+        parts.append(f"{picked['max_batched_tokens']:,} tokens per iteration")
+    if "max_num_seqs" in picked:
+        parts.append(f"{picked['max_num_seqs']:,} sequences"
+                     + (" per attention-DP worker" if hw.engine_defaults.seqs_per_replica else ""))
     return [f"engine limits on {hw.name}: {', '.join(parts)} ({hw.framework}'s own default for this device; "
             f"engine.max_batched_tokens / engine.max_num_seqs to change)"]
 

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import (
+    DeviceLimits,
     EngineDefaults,
     Figure,
     Fraction,
@@ -78,16 +79,12 @@ class TokenCount(Figure):
         return v
 
 
-class DeviceTier(Frozen):
-    """One row of an engine's defaults by device (``BatchDefaults``): it applies to a device with at
-    least ``min_capacity`` of memory whose name contains none of ``not_named``."""
+class DeviceTier(DeviceLimits):
+    """One row of an engine's defaults by device (``BatchDefaults``): its limits apply to a device
+    with at least ``min_capacity`` of memory whose name contains none of ``not_named``."""
 
     min_capacity: float = Field(0.0, ge=0, description="bytes; text such as '70 GiB' is read")
     not_named: list[str] = []
-    max_batched_tokens: int | None = Field(None, ge=16)
-    max_num_seqs: int | None = Field(None, ge=1)
-    graph_batch: int | None = Field(None, ge=1)
-    graph_batch_tp4: int | None = Field(None, ge=1)
 
     @field_validator("min_capacity", mode="before")
     @classmethod
@@ -116,7 +113,7 @@ class BatchDefaults(Frozen):
         tier = next((t for t in self.tiers if t.matches(hw)), None)
         if tier is None:
             return None
-        return EngineDefaults(**tier.model_dump(exclude={"min_capacity", "not_named"}),
+        return EngineDefaults(**tier.model_dump(include=set(DeviceLimits.model_fields)),
                               seqs_per_replica=self.seqs_per_replica, source=self.source)
 
 

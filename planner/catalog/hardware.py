@@ -472,18 +472,24 @@ class Efficiency(Frozen):
         return self.grouped_by_format.get(fmt) or self.grouped_gemm
 
 
-class EngineDefaults(Frozen):
+class DeviceLimits(Frozen):
+    """The scheduler limits an engine picks by device (a ``DeviceTier`` row of a framework's
+    ``batch_defaults``, and the ``EngineDefaults`` of the device it matched); None: not set."""
+
+    max_batched_tokens: int | None = Field(None, ge=16)
+    max_num_seqs: int | None = Field(None, ge=1)
+    graph_batch: int | None = Field(None, ge=1)       # largest decode batch captured in a graph, TP < 4
+    graph_batch_tp4: int | None = Field(None, ge=1)   # the same at TP >= 4
+
+
+class EngineDefaults(DeviceLimits):
     """Scheduler limits a serving engine sets itself on this device where its launch gives none,
     by the device's memory (set by a framework entry's ``batch_defaults``: vLLM's
     ``EngineArgs.get_batch_defaults``, SGLang's ``_handle_gpu_memory_settings``)."""
 
-    max_batched_tokens: int | None = Field(None, ge=16)
-    max_num_seqs: int | None = Field(None, ge=1)
     # the sequence limit is each attention-DP replica's (SGLang sizes each DP worker's own), even
     # where a limit the launch gives counts the whole instance (``Engine.limits_scope``)
     seqs_per_replica: bool = False
-    graph_batch: int | None = Field(None, ge=1)       # largest decode batch captured in a graph, TP < 4
-    graph_batch_tp4: int | None = Field(None, ge=1)   # the same at TP >= 4
     source: str = Field(min_length=1)
 
 

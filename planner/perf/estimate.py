@@ -36,7 +36,7 @@ from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
-from planner.perf.memory import MemoryUse, engine_fraction, memory_use
+from planner.perf.memory import MemoryUse, engine_fraction, memory_use, picks_own_fraction
 from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, scalar_zero, states_format
 from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
 from planner.perf.regime import dominant_bound
@@ -285,7 +285,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             state_pool_bytes=f(mem.state_pool), startup_bytes=f(mem.startup),
             state_slot_cap=int(f(mem.seq_cap)) if np.isfinite(f(mem.seq_cap)) else None,
             memory_fraction=float(np.ravel(engine_fraction(*on_dies(hw, lay), spec))[0]),
-            fraction_auto=hw.memory_policy.static_reserve is not None and hw.engine_defaults is not None,
+            fraction_auto=picks_own_fraction(hw),
             fraction_of="total" if hw.memory_policy.kind == "total_fraction" else "free"),
         prefill=prefill, decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd and out_tps > 0 else None,

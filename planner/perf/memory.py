@@ -140,6 +140,13 @@ def comm_buffer_bytes(hw: HardwareProfile, layout: Layout) -> np.ndarray:
     return groups * buf.value
 
 
+def picks_own_fraction(hw: HardwareProfile) -> bool:
+    """The engine sizes its memory setting itself on this device (``MemoryPolicy.static_reserve``,
+    from the chunk its ``engine_defaults`` give): SGLang without ``--mem-fraction-static``."""
+    d = hw.engine_defaults
+    return hw.memory_policy.static_reserve is not None and d is not None and d.max_batched_tokens is not None
+
+
 def engine_fraction(hw: HardwareProfile, layout: Layout | None = None,
                     spec: Speculation | None = None) -> np.ndarray | float:
     """The memory setting the engine runs with (``MemoryPolicy.fraction``), or, for an engine that
@@ -147,9 +154,9 @@ def engine_fraction(hw: HardwareProfile, layout: Layout | None = None,
     the one it picks for this device, layout (one rank's) and draft: ``(capacity - reserve) /
     capacity``, rounded to 3 places as SGLang does."""
     pol = hw.memory_policy
-    rule, d = pol.static_reserve, hw.engine_defaults
-    if rule is None or d is None or d.max_batched_tokens is None:
+    if not picks_own_fraction(hw):
         return pol.fraction.value
+    rule, d = pol.static_reserve, hw.engine_defaults
     lay = layout or Layout.of()
     tp, pp, dp = (np.asarray(x, dtype=float) for x in (lay.stage_devices, lay.pp, lay.attention_dp))
     graph = np.where(tp >= 4, d.graph_batch_tp4 or d.graph_batch or 0, d.graph_batch or 0)

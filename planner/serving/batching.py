@@ -174,14 +174,19 @@ class Engine(Frozen):
         the framework entry's knobs), else the ones the engine picks for that device where the
         launch gives none (``HardwareProfile.engine_defaults``: vLLM 2,048 tokens and 256
         sequences below 70 GiB, SGLang's chunk by GPU memory), else these fields' defaults."""
-        seqs, tokens, per_replica = self.max_num_seqs, self.max_batched_tokens, False
+        picked = self.device_picks(hw)
+        per_replica = "max_num_seqs" in picked and hw.engine_defaults.seqs_per_replica
+        return (picked.get("max_num_seqs", self.max_num_seqs),
+                picked.get("max_batched_tokens", self.max_batched_tokens), per_replica)
+
+    def device_picks(self, hw: HardwareProfile | None) -> dict[str, int]:
+        """The limits (field: value) this engine takes from ``hw``'s engine defaults because
+        neither the launch nor the framework entry's knobs give them."""
         d = hw.engine_defaults if hw is not None else None
-        if d is not None:
-            if "max_num_seqs" not in self.model_fields_set and d.max_num_seqs is not None:
-                seqs, per_replica = d.max_num_seqs, d.seqs_per_replica
-            if "max_batched_tokens" not in self.model_fields_set and d.max_batched_tokens is not None:
-                tokens = d.max_batched_tokens
-        return seqs, tokens, per_replica
+        if d is None:
+            return {}
+        return {name: getattr(d, name) for name in ("max_num_seqs", "max_batched_tokens")
+                if name not in self.model_fields_set and getattr(d, name) is not None}
 
     def instance_limits(self, dp, hw: HardwareProfile | None = None) -> tuple:
         """(sequences, tokens per iteration) the whole instance admits on ``hw`` (``batch_limits``)
