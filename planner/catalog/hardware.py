@@ -383,6 +383,24 @@ def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:
     return curve
 
 
+class MoeKernels(Frozen):
+    """Kernels an engine launches for each modelled MoE operator, where it runs more than one: each
+    takes the profile's fixed kernel time (``Efficiency.kernel_latency``), which a decode step of a
+    MoE model pays once per layer and kernel. The profiles' default is one kernel per operator."""
+
+    router: int = Field(1, ge=1)      # gate GEMM and top-k selection
+    permute: int = Field(1, ge=1)     # tokens into expert order and back
+    experts: int = Field(1, ge=1)     # the expert MLP: grouped GEMMs, activation, quantization
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+    def of(self, op_name: str) -> int:
+        """Kernels of the operator named ``op_name``, a draft module's (``mtp_...``) as the model's
+        own layer's (1 for any operator this does not count)."""
+        base = op_name.removeprefix("mtp_").removeprefix("extend_")
+        return {"router": self.router, "moe_permute": self.permute, "experts": self.experts}.get(base, 1)
+
+
 class Efficiency(Frozen):
     """Achievable fractions of peak, each from a public microbenchmark (see its source)."""
 
@@ -414,6 +432,7 @@ class Efficiency(Frozen):
     graph_max_tokens: int = Field(0, ge=0)
     moe_imbalance: Figure = Figure(value=1.0, source="engine_overhead",
                                    note="max/mean expert load from routing skew; set by a framework")
+    moe_kernels: MoeKernels | None = None   # kernels per MoE operator; None: one each (set by a framework)
     grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
                                       note="MoE grouped GEMMs reach this fraction of the dense plateau")
     # the same for one operand format where the engine runs another MoE kernel family for it (e.g.

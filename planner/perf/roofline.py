@@ -292,13 +292,19 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         per_byte = bw * (rec.memory.value if rec else eff.memory.value)
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
         memory = in_place(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
-    latency = rec.latency.value if rec else eff.kernel_latency.value
+    latency = rec.latency.value if rec else eff.kernel_latency.value * kernels_of(eff, op)
     if weight.size and bool(np.all(weight > 0)):
         fixed = latency                      # every row is busy (a row with NaN work times NaN either way)
     else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
         nbytes = moved if _zero(weight) else weight + moved
         fixed = latency if _never_idle(flops, nbytes) else latency * _busy(flops, nbytes)
     return OpTime(op, compute, memory, np.zeros(()), fixed)
+
+
+def kernels_of(eff, op: Op) -> int:
+    """Kernels the engine launches for ``op`` (``Efficiency.moe_kernels`` for its MoE operators; one
+    otherwise): each pays the fixed kernel time."""
+    return eff.moe_kernels.of(op.name) if eff.moe_kernels else 1
 
 
 def recurrent_kernel(eff, op: Op):
@@ -421,7 +427,9 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
     load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
-    fixed = f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    kernels = kernels_of(eff, op)
+    fixed = f"{kernels} x " if kernels > 1 else ""
+    fixed += f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
     if bound == "memory" and (rec := recurrent_kernel(eff, op)):
         return ideal, f"recurrent delta-rule kernel {rec.memory.value:.0%} of HBM + {rec.latency.value * 1e6:.1f} us", \
             rec.memory.source
