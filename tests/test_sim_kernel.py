@@ -252,3 +252,21 @@ def test_replica_kv_pools_kernel_equals_reference(mtp, fast):
     got = simulate(M, hw, Layout.of(1, 8, 1), FP8, Engine(simulator=fast, **knobs), arrival, inp, out, seed=4)
     assert ref.preemptions > 0
     _same(ref, got)
+
+
+def test_pools_refuse_a_request_one_attention_replica_cannot_hold():
+    """Splitwise token machines with attention data parallelism keep one KV pool per replica, as a
+    colocated instance does: a 24K-token request fits the eight replicas' memory together but not
+    one replica's (~12K tokens of llama-3.1-70b FP8 on an H100 at tp1), so both simulators refuse it
+    with the same reason instead of the pools' one checking the instance's memory as a whole."""
+    from planner.errors import InfeasibleError
+    from planner.serving.simulate_pools import Machine, simulate_pools
+
+    lay = Layout.of(1, 8, 1)
+    arrival, inp, out = np.array([0.0, 1.0]), np.array([1000, 22000]), np.array([100, 2000])
+    with pytest.raises(InfeasibleError, match=r"per attention replica \(8 of them\)") as colocated:
+        simulate(M, HW, lay, FP8, Engine(), arrival, inp, out)
+    prompt, token = [Machine(HW, Layout.of(8, 1, 1), 0)], [Machine(HW, lay, 0)]
+    with pytest.raises(InfeasibleError, match=r"per attention replica \(8 of them\)") as pools:
+        simulate_pools(M, FP8, Engine(), arrival, inp, out, lambda *a: 0.0, prompt, token)
+    assert str(pools.value).split(" but ")[0] == str(colocated.value).split(" but ")[0]

@@ -35,6 +35,7 @@ from planner.serving.simulate import (
     SimResult,
     _run_instance,
     cache_pools,
+    check_longest_fits,
     group,
     request_tokens_per_step,
     split_result,
@@ -243,10 +244,7 @@ def _table(model, m: Machine, dtypes, engine, input_len, output_len):
     """(iteration table, free KV bytes, KV bytes per token, state bytes, attention DP, the engine with
     the sequences its pools hold) of a machine (``simulate.cache_pools``)."""
     free_kv, per_tok, state, engine = cache_pools(model, m.hw, m.lay, dtypes, engine)
-    longest = int(np.max(input_len + output_len))
-    if longest * per_tok + state > free_kv:
-        raise InfeasibleError(f"a request of {longest} tokens needs {(longest * per_tok + state) / 1e9:.2f} GB of KV "
-                              f"cache but a {m.hw.name} instance has {max(free_kv, 0) / 1e9:.2f} GB free")
     dp = dp_ranks(m.hw, m.lay)
+    check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp, f"a {m.hw.name} instance")
     table = IterationTable.for_requests(model, m.hw, m.lay, dtypes, engine, input_len, output_len)
     return table, free_kv, per_tok, state, dp, engine
