@@ -64,3 +64,17 @@ def test_a_kernel_count_below_one_is_refused_with_its_field(tmp_path):
     bad.write_text("description: x\nmoe_kernels: {router: 2, experts: 0, source: me}\n")
     with pytest.raises(InputError, match=r"fw\.yaml.*moe_kernels"):
         load_framework_file(bad)
+
+
+def test_explain_names_the_kernel_count_and_its_source():
+    from planner.perf.roofline import explain_op
+
+    hw = with_framework(hardware("ascend-910c"), "sglang-ascend")
+    m = planner.model("qwen3-235b-a22b")
+    op = next(o for o in layer_ops(m, Layout.of(8, 1, 1), Step.of(1, 1, 2048), DTypes()) if o.name == "experts")
+    _, applied, source = explain_op(hw, op_time(hw, op, DTypes()), DTypes())
+    assert "3 x 8.3 us/kernel" in applied
+    assert "kernels: sgl-project/sglang" in source and "fused_moe_method_npu.py" in source
+    dense = next(o for o in layer_ops(m, Layout.of(8, 1, 1), Step.of(1, 1, 2048), DTypes()) if o.name == "o_proj")
+    _, applied, source = explain_op(hw, op_time(hw, dense, DTypes()), DTypes())
+    assert " x 8.3" not in applied and "kernels:" not in source

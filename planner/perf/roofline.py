@@ -376,7 +376,7 @@ def _ones(load: np.ndarray, shape: tuple) -> bool:
         np.prod(shape))) and bool(np.all(load == 1.0))
 
 
-def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
+def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
     """(time at nameplate peaks, the efficiency applied in words, its source) of one timed
     operator: what ``whatif --explain`` shows so a user sees why a number is what it is."""
     op, eff = t.op, hw.efficiency
@@ -453,6 +453,15 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
                       f"activations x {eff.memory.value:.2f} + {fixed}", f"{by_format.source}; {eff.memory.source}"
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
+
+
+def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
+    """(ideal time, the efficiency applied, its source) of one operator's time ``t``; where the
+    engine launches several kernels for it (``Efficiency.moe_kernels``), the count's source too."""
+    ideal, applied, source = _explain_op(hw, t, dtypes)
+    if kernels_of(hw.efficiency, t.op) > 1:
+        source = f"{source}; kernels: {hw.efficiency.moe_kernels.source}"
+    return ideal, applied, source
 
 def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False) -> np.ndarray:
     """A collective on its link. EP all-to-all is as slow as its most loaded device; dispatch
