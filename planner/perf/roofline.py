@@ -5,7 +5,9 @@ mem_eff))`` on its device (a GEMM: the 2-norm of the two, ``ridge_overlap``): Ho
 (r_inf, n_1/2) form, in which a kernel reaches the plateau
 fraction ``gemm_eff`` only when its work dwarfs the fixed launch/ramp/tail time, so small GEMMs
 (decode, TP-sharded projections) run far below peak. Both factors are fitted on a public GEMM
-shape sweep (profile sources, ``tests/test_calibration.py``). Collectives take their alpha-beta
+shape sweep (profile sources, ``tests/test_calibration.py``). An operator the engine launches as
+several kernels pays the fixed time once per kernel (``Efficiency.moe_kernels``: an MoE layer's
+router and expert MLP on SGLang's Ascend backend). Collectives take their alpha-beta
 time on the link they use (``comm.py``). Compute and communication are not overlapped
 (conservative: engines overlap part of it), and a fixed per-step engine overhead is added
 (profile ``efficiency.step_overhead``).
