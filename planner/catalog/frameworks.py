@@ -20,7 +20,7 @@ from planner.catalog.hardware import (
     Fraction,
     HardwareProfile,
     MemoryPolicy,
-    MoeKernels,
+    OpKernels,
     Seconds,
     ep_ranks_checked,
 )
@@ -147,7 +147,7 @@ class Framework(Frozen):
     ep_bulk: dict[int, Fraction] = {}
     memory_policy: MemoryPolicy | None = None
     moe_imbalance: Figure | None = None        # max/mean expert load from routing skew (EPLB or not)
-    moe_kernels: MoeKernels | None = None      # kernels per MoE operator (Efficiency.moe_kernels)
+    op_kernels: OpKernels | None = None        # kernels per modelled operator (Efficiency.op_kernels)
     fp8_dispatch: Switch | None = None
     overlap_moe_comm: Switch | None = None
     draft_extend: Switch | None = None      # Efficiency.draft_extend
@@ -229,7 +229,7 @@ class Framework(Frozen):
         eff = hw.efficiency
         update: dict = {}
         for field in ("step_overhead", "sequence_overhead", "request_overhead", "eager_prefill_dispatch",
-                      "moe_imbalance", "moe_kernels", "grouped_gemm"):
+                      "moe_imbalance", "op_kernels", "grouped_gemm"):
             if getattr(self, field) is not None:
                 update[field] = getattr(self, field)
         if self.ep_bulk:

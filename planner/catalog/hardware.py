@@ -383,22 +383,42 @@ def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:
     return curve
 
 
-class MoeKernels(Frozen):
-    """Kernels an engine launches for each modelled MoE operator, where it runs more than one: each
-    takes the profile's fixed kernel time (``Efficiency.kernel_latency``), which a decode step of a
-    MoE model pays once per layer and kernel. The profiles' default is one kernel per operator."""
+#: the operators ``planner.perf.ops`` models, by name (a draft module's carry an ``mtp_`` prefix)
+OPERATORS = frozenset({
+    "embedding", "qkv_embed", "norms_residual", "lm_head",
+    "q_proj", "qkv_proj", "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "attention", "o_proj",
+    "attn_all_reduce", "linear_in_proj", "linear_attention", "linear_out_proj",
+    "ffn_up", "ffn_down", "ffn_all_reduce", "router", "ep_dispatch", "moe_permute", "experts", "ep_combine",
+    "shared_expert_up", "shared_expert_down", "eh_proj", "fc"})
 
-    router: int = Field(1, ge=1)      # gate GEMM and top-k selection
-    permute: int = Field(1, ge=1)     # tokens into expert order and back
-    experts: int = Field(1, ge=1)     # the expert MLP: grouped GEMMs, activation, quantization
+
+class OpKernels(Frozen):
+    """Kernels an engine launches for a modelled operator where that is not one: each takes the
+    profile's fixed kernel time (``Efficiency.kernel_latency``), which a decode step pays once per
+    layer and kernel. More than one where the engine splits an operator (SGLang's NPU MoE: grouped
+    GEMM, activation and quantization, grouped GEMM); 0 where it fuses the operator into a
+    neighbour's kernel, which then carries its work and the operator pays no fixed time of its own
+    (CloudMatrix-Infer's MLAProlog: the query and latent down- and up-projections in one kernel).
+    Operators it does not name run one kernel each."""
+
+    counts: dict[str, int] = Field(min_length=1)
     source: str = Field(min_length=1)
     note: str | None = None
 
+    @field_validator("counts")
+    @classmethod
+    def _known(cls, counts: dict[str, int]) -> dict[str, int]:
+        for name, n in counts.items():
+            if name not in OPERATORS:
+                raise ValueError(f"unknown operator {name!r}; one of: {', '.join(sorted(OPERATORS))}")
+            if n < 0:
+                raise ValueError(f"{name}: a kernel count is >= 0 (0: fused into a neighbour's kernel), got {n}")
+        return counts
+
     def of(self, op_name: str) -> int:
         """Kernels of the operator named ``op_name``, a draft module's (``mtp_...``) as the model's
-        own layer's (1 for any operator this does not count)."""
-        base = op_name.removeprefix("mtp_").removeprefix("extend_")
-        return {"router": self.router, "moe_permute": self.permute, "experts": self.experts}.get(base, 1)
+        own layer's (1 for any operator this does not name)."""
+        return self.counts.get(op_name.removeprefix("mtp_").removeprefix("extend_"), 1)
 
 
 class Efficiency(Frozen):
@@ -432,7 +452,7 @@ class Efficiency(Frozen):
     graph_max_tokens: int = Field(0, ge=0)
     moe_imbalance: Figure = Figure(value=1.0, source="engine_overhead",
                                    note="max/mean expert load from routing skew; set by a framework")
-    moe_kernels: MoeKernels | None = None   # kernels per MoE operator; None: one each (set by a framework)
+    op_kernels: OpKernels | None = None   # kernels per modelled operator; None: one each (set by a framework)
     grouped_gemm: Fraction = Fraction(value=0.93, source="deepgemm",
                                       note="MoE grouped GEMMs reach this fraction of the dense plateau")
     # the same for one operand format where the engine runs another MoE kernel family for it (e.g.

@@ -6,8 +6,9 @@ mem_eff))`` on its device (a GEMM: the 2-norm of the two, ``ridge_overlap``): Ho
 fraction ``gemm_eff`` only when its work dwarfs the fixed launch/ramp/tail time, so small GEMMs
 (decode, TP-sharded projections) run far below peak. Both factors are fitted on a public GEMM
 shape sweep (profile sources, ``tests/test_calibration.py``). An operator the engine launches as
-several kernels pays the fixed time once per kernel (``Efficiency.moe_kernels``: an MoE layer's
-router and expert MLP on SGLang's Ascend backend). Collectives take their alpha-beta
+several kernels pays the fixed time once per kernel, one it fuses into a neighbour's kernel none
+(``Efficiency.op_kernels``: an MoE layer's router and expert MLP on SGLang's Ascend backend, the
+MLA prolog and the MoE permute on CloudMatrix-Infer). Collectives take their alpha-beta
 time on the link they use (``comm.py``). Compute and communication are not overlapped
 (conservative: engines overlap part of it), and a fixed per-step engine overhead is added
 (profile ``efficiency.step_overhead``).
@@ -304,9 +305,10 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
 
 
 def kernels_of(eff, op: Op) -> int:
-    """Kernels the engine launches for ``op`` (``Efficiency.moe_kernels`` for its MoE operators; one
-    otherwise): each pays the fixed kernel time."""
-    return eff.moe_kernels.of(op.name) if eff.moe_kernels else 1
+    """Kernels the engine launches for ``op`` (``Efficiency.op_kernels`` where it states them; one
+    otherwise): each pays the fixed kernel time, and an operator fused into another's kernel (0)
+    none."""
+    return eff.op_kernels.of(op.name) if eff.op_kernels else 1
 
 
 def recurrent_kernel(eff, op: Op):
@@ -430,8 +432,11 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
     load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
     skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
     kernels = kernels_of(eff, op)
-    fixed = f"{kernels} x " if kernels > 1 else ""
-    fixed += f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    if kernels == 0:
+        fixed = f"no kernel of its own (fused){skew}"
+    else:
+        fixed = f"{kernels} x " if kernels > 1 else ""
+        fixed += f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
     if bound == "memory" and (rec := recurrent_kernel(eff, op)):
         return ideal, f"recurrent delta-rule kernel {rec.memory.value:.0%} of HBM + {rec.latency.value * 1e6:.1f} us", \
             rec.memory.source
@@ -459,10 +464,10 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
 
 def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
     """(ideal time, the efficiency applied, its source) of one operator's time ``t``; where the
-    engine launches several kernels for it (``Efficiency.moe_kernels``), the count's source too."""
+    engine launches other than one kernel for it (``Efficiency.op_kernels``), the count's source too."""
     ideal, applied, source = _explain_op(hw, t, dtypes)
-    if kernels_of(hw.efficiency, t.op) > 1:
-        source = f"{source}; kernels: {hw.efficiency.moe_kernels.source}"
+    if kernels_of(hw.efficiency, t.op) != 1:
+        source = f"{source}; kernels: {hw.efficiency.op_kernels.source}"
     return ideal, applied, source
 
 def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False) -> np.ndarray:
