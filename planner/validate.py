@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import Format, Framework, Switch, TokenCount, framework
-from planner.catalog.hardware import Fraction, MemoryPolicy, hardware
+from planner.catalog.hardware import Figure, Fraction, MemoryPolicy, hardware
 from planner.checks import Degree
 from planner.errors import InfeasibleError, PlannerError
 from planner.frozen import Frozen
@@ -80,6 +80,10 @@ class Point(Frozen):
     eager_prompts: bool = Field(False, description="the run captures no graph for steps with prompt tokens "
                                 "(--enforce-eager, or cudagraph_mode FULL_DECODE_ONLY): the framework launches "
                                 "every such step eagerly (Efficiency.graph_max_tokens 0)")
+    perfect_eplb: bool = Field(False, description="the source's figure is a projection under an idealised, "
+                               "perfect expert balance (CloudMatrix384 Table 3's 'Perfect EPLB' rows), not a run "
+                               "with the engine's own load balancing: routing skew 1 (the framework's "
+                               "moe_imbalance unused)")
     latency_stat: Literal["mean", "median"] = Field("mean", description="which statistic over the run's requests "
                                                     "the source prints for ttft_s / tpot_s (bench_serving's mean or "
                                                     "its P50); a replayed run is compared on the same one")
@@ -176,8 +180,12 @@ def predict(p: Point, fw: Framework | None = None) -> float:
 def _as_run(fw: Framework | None, p: Point) -> Framework:
     """``fw`` (default: the point's framework entry) with the memory fraction and the recurrent-state
     format ``p``'s run set on its command line, where it set them (the memory policy's kind stays
-    the engine's; an entry without one has the profiles' total fraction)."""
+    the engine's; an entry without one has the profiles' total fraction), and no routing skew where
+    the source projects a perfect expert balance."""
     fw = fw or framework(p.framework)
+    if p.perfect_eplb:
+        fw = fw.model_copy(update={"moe_imbalance": Figure(
+            value=1.0, source=f"the source's idealised perfect expert balance ({p.source})")})
     if p.eager_prompts:
         fw = fw.model_copy(update={"graph_max_tokens": TokenCount(value=0, source=f"the run's launch ({p.source})")})
     if p.state_dtype is not None:
