@@ -126,3 +126,22 @@ def test_explain_says_a_fused_operator_has_no_kernel_of_its_own():
     _, applied, source = explain_op(hw, op_time(hw, op, DTypes()), DTypes())
     assert "no kernel of its own (fused)" in applied and "us/kernel" not in applied
     assert "kernels: cm384_paper" in source
+
+
+def test_explain_names_the_expert_load_and_where_the_skew_comes_from():
+    """An expert-parallel operator's explanation gives its load factor (statistical maximum x the
+    engine's routing skew) and the skew's source; a dense operator's gives neither."""
+    from planner.perf.roofline import explain_op
+
+    hw = with_framework(hardware("cloudmatrix384"), "cloudmatrix-infer")
+    ops = {o.name: o for o in layer_ops(planner.model("deepseek-r1"), Layout.of(1, 8, 1), Step.of(32, 1, 4096),
+                                        DTypes()) if o.count == 58}
+    skew = hw.efficiency.moe_imbalance.value
+    for name in ("ep_dispatch", "ep_combine", "experts"):
+        op = ops[name]
+        _, applied, source = explain_op(hw, op_time(hw, op, DTypes()), DTypes())
+        load = float(np.ravel(op.imbalance)[0]) * skew
+        assert f"expert load x{load:.2f}" in applied, (name, applied)
+        assert "expert load: calibrated (the one Table 3 row" in source
+    _, applied, source = explain_op(hw, op_time(hw, ops["o_proj"], DTypes()), DTypes())
+    assert "expert load" not in applied and "expert load" not in source

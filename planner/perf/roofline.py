@@ -464,10 +464,21 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
 
 def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
     """(ideal time, the efficiency applied, its source) of one operator's time ``t``; where the
-    engine launches other than one kernel for it (``Efficiency.op_kernels``), the count's source too."""
+    engine launches other than one kernel for it (``Efficiency.op_kernels``), the count's source
+    too, and for an expert-parallel operator the source of the engine's routing skew."""
     ideal, applied, source = _explain_op(hw, t, dtypes)
-    if kernels_of(hw.efficiency, t.op) != 1:
-        source = f"{source}; kernels: {hw.efficiency.op_kernels.source}"
+    eff, op = hw.efficiency, t.op
+    if kernels_of(eff, op) != 1:
+        source = f"{source}; kernels: {eff.op_kernels.source}"
+    if np.any(np.asarray(op.group) > 1) and (op.kind is OpKind.all_to_all or op.name.removeprefix("mtp_") in
+                                             ("experts", "moe_permute")):
+        skew = eff.moe_imbalance
+        if op.kind is OpKind.all_to_all:     # the compute operators' text already gives the load
+            load = float(np.ravel(np.asarray(op.imbalance, dtype=float))[0]) * skew.value
+            applied += f", expert load x{load:.2f}" if load > 1.0001 else ""
+        if skew.value != 1.0:
+            said = f"calibrated ({skew.note})" if skew.source == "calibrated" and skew.note else skew.source
+            source = f"{source}; expert load: {said}"
     return ideal, applied, source
 
 def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False) -> np.ndarray:
