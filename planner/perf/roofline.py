@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import Fraction, HardwareProfile
+from planner.catalog.hardware import Fraction, HardwareProfile, operator_base
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import (
     all_reduce_form,
@@ -470,8 +470,8 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     eff, op = hw.efficiency, t.op
     if kernels_of(eff, op) != 1:
         source = f"{source}; kernels: {eff.op_kernels.source}"
-    if np.any(np.asarray(op.group) > 1) and (op.kind is OpKind.all_to_all or op.name.removeprefix("mtp_") in
-                                             ("experts", "moe_permute")):
+    if np.any(np.asarray(op.group) > 1) and (op.kind is OpKind.all_to_all or
+                                             operator_base(op.name) in ("experts", "moe_permute")):
         skew = eff.moe_imbalance
         if op.kind is OpKind.all_to_all:     # the compute operators' text already gives the load
             load = float(np.ravel(np.asarray(op.imbalance, dtype=float))[0]) * skew.value
