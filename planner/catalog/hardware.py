@@ -392,12 +392,6 @@ OPERATORS = frozenset({
     "shared_expert_up", "shared_expert_down", "eh_proj", "fc"})
 
 
-def operator_base(op_name: str) -> str:
-    """The model operator a step's operator is: a draft module's (``mtp_...``) and its draft-extend
-    pass's (``mtp_extend_...``) operators are the model's own layer's."""
-    return op_name.removeprefix("mtp_").removeprefix("extend_")
-
-
 class OpKernels(Frozen):
     """Kernels an engine launches for a modelled operator where that is not one: each takes the
     profile's fixed kernel time (``Efficiency.kernel_latency``), which a decode step pays once per
@@ -422,9 +416,10 @@ class OpKernels(Frozen):
         return counts
 
     def of(self, op_name: str) -> int:
-        """Kernels of the operator named ``op_name``, a draft module's (``mtp_...``) as the model's
-        own layer's (1 for any operator this does not name)."""
-        return self.counts.get(operator_base(op_name), 1)
+        """Kernels of the operator named ``op_name``, a draft module's (``mtp_...``) and its
+        draft-extend pass's (``mtp_extend_...``) as the model's own layer's (1 for any operator
+        this does not name)."""
+        return self.counts.get(op_name.removeprefix("mtp_").removeprefix("extend_"), 1)
 
 
 class Efficiency(Frozen):

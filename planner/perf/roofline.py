@@ -23,7 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import Fraction, HardwareProfile, operator_base
+from planner.catalog.hardware import Fraction, HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import (
     all_reduce_form,
@@ -428,9 +428,7 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
         f = stream.value * keys / (keys + att.decode_half_ctx.value)
         return ideal, f"paged decode {f:.0%} of HBM at {keys:,.0f} tokens", \
             stream.source if stream is att.decode_memory else att.decode_half_ctx.source
-    skew_factor = np.where(np.asarray(op.group) > 1, eff.moe_imbalance.value, 1)
-    load = float(np.ravel(np.asarray(op.imbalance) * skew_factor)[0])
-    skew = f", expert load x{load:.2f}" if load > 1.0001 else ""
+    skew = _expert_load_text(eff, op)
     kernels = kernels_of(eff, op)
     if kernels == 0:
         fixed = f"no kernel of its own (fused){skew}"
@@ -470,16 +468,25 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     eff, op = hw.efficiency, t.op
     if kernels_of(eff, op) != 1:
         source = f"{source}; kernels: {eff.op_kernels.source}"
-    if np.any(np.asarray(op.group) > 1) and (op.kind is OpKind.all_to_all or
-                                             operator_base(op.name) in ("experts", "moe_permute")):
-        skew = eff.moe_imbalance
+    # the operators the routing skew multiplies (op_time: those over an expert-parallel group;
+    # _comm_time: the all-to-alls), not the all-reduces of a TP group
+    if op.kind is not OpKind.all_reduce and np.any(np.asarray(op.group) > 1):
         if op.kind is OpKind.all_to_all:     # the compute operators' text already gives the load
-            load = float(np.ravel(np.asarray(op.imbalance, dtype=float))[0]) * skew.value
-            applied += f", expert load x{load:.2f}" if load > 1.0001 else ""
+            applied += _expert_load_text(eff, op)
+        skew = eff.moe_imbalance
         if skew.value != 1.0:
             said = f"calibrated ({skew.note})" if skew.source == "calibrated" and skew.note else skew.source
             source = f"{source}; expert load: {said}"
     return ideal, applied, source
+
+
+def _expert_load_text(eff, op: Op) -> str:
+    """", expert load xN" for an operator whose load factor (its maximum over the ranks of its group
+    x the engine's routing skew where that group spans ranks, as op_time and _comm_time apply them)
+    is above 1, else nothing."""
+    skew = eff.moe_imbalance.value if np.any(np.asarray(op.group) > 1) else 1.0
+    load = float(np.ravel(np.asarray(op.imbalance, dtype=float))[0]) * skew
+    return f", expert load x{load:.2f}" if load > 1.0001 else ""
 
 def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False) -> np.ndarray:
     """A collective on its link. EP all-to-all is as slow as its most loaded device; dispatch
