@@ -198,9 +198,8 @@ class Engine(Frozen):
     def for_device(self, hw: HardwareProfile, dp: int) -> Engine:
         """This engine with the limits it runs with on ``hw`` (``batch_limits``) written out, in its
         own ``limits_scope``, for an instance of ``dp`` attention replicas."""
-        seqs, tokens, per_replica = self.batch_limits(hw)
-        if per_replica and self.limits_scope == "instance":
-            seqs *= dp
+        # in the instance scope, the instance's limits; in the replica scope, one replica's
+        seqs, tokens = self.instance_limits(dp if self.limits_scope == "instance" else 1, hw)
         return self.model_copy(update={"max_num_seqs": int(seqs), "max_batched_tokens": int(tokens)})
 
     @property
