@@ -356,12 +356,12 @@ def test_a_runs_memory_fraction_replaces_the_engines_default():
 
 
 def test_every_sglang_ascend_run_carries_its_commands_memory_fraction():
-    # read from each run's --mem-fraction-static (best-practice page 0.685-0.81, cookbook cells
+    # read from each run's --mem-fraction-static (best-practice page 0.685-0.86, cookbook cells
     # 0.85), none left at the engine's default
     pts = [p for p in load_points().points if p.framework == "sglang-ascend"]
-    assert len(pts) == 51 and all(p.mem_fraction is not None for p in pts)
+    assert len(pts) == 54 and all(p.mem_fraction is not None for p in pts)
     page = [p for p in pts if p.source == "sglang_ascend_bp"]
-    assert len(page) == 47 and all(0.68 <= p.mem_fraction <= 0.82 for p in page)
+    assert len(page) == 50 and all(0.68 <= p.mem_fraction <= 0.86 for p in page)
     assert {p.mem_fraction for p in pts if p.source.startswith("sglang_cookbook")} == {0.85}
 
 
