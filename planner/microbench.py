@@ -172,12 +172,17 @@ def decode_attention_sweep(path: Path) -> dict:
     (``<profile>-decode-attention-<kernel>.csv``: batch, ctx, q_heads, kv_heads, head_dim, kv_bytes
     per element, time_us): each row one kernel call, timed by ``op_time`` as the attention operator
     of a decode step (its K and V read at the profile's decode HBM fraction x ctx / (ctx +
-    decode_half_ctx), plus the kernel latency). Calls timed within 10% of the file's stated
-    harness floor (``# harness_floor_us: X``: host dispatch of eager calls) are not scored."""
+    decode_half_ctx), plus the kernel latency). A ``<kernel>`` label that names a framework entry
+    replays the calls through that entry (its own decode kernel's fraction: ``attention_decode``).
+    Calls timed within 10% of the file's stated harness floor (``# harness_floor_us: X``: host
+    dispatch of eager calls) are not scored."""
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
 
-    hw = hardware(path.name.split("-decode-attention-")[0])
+    profile, _, label = path.stem.partition("-decode-attention-")
+    hw = hardware(profile)
+    if label in _frameworks():      # the engine's own kernel, as it sees the chip
+        hw = framework(label).apply(hw)
     batch, ctx, qh, kvh, hd, eb, t_us = sweep_columns(path)
     kv = batch * ctx * kvh * hd * 2 * eb
     op = Op("attention", OpKind.attention, 1, flops=4.0 * batch * qh * hd * ctx, kv_bytes=kv,

@@ -150,11 +150,13 @@ def test_ascend_decode_attention_streams_at_the_vendor_kernels_measured_fraction
 
 
 def test_decode_attention_fraction_by_engine():
-    # The Ascend profiles hold the vendor paged decode kernel's measured fraction (0.78) apart from
-    # the weight-streaming one (0.84); an engine that streams at a calibrated share of the profile
-    # (SGLang-Ascend's memory_scale 0.8) does so for both; absorbed-MLA reads run their own kernel,
-    # whose memory-bound case the 0.84 was measured on (cm384_paper: 84.1%), on every engine;
-    # devices without a measured decode kernel stream K/V at their weight-streaming fraction.
+    # The Ascend profiles hold the vendor paged decode kernel's measured fraction (0.78, CANN's ATB
+    # paged attention) apart from the weight-streaming one (0.84). An engine that calls another kernel
+    # names its measured figure per profile (attention_decode: SGLang-Ascend's FIA calls, 0.60), which
+    # its memory_scale (0.7, weights) does not scale; one that streams at a calibrated share of the
+    # profile without a kernel of its own (vLLM-ROCm 2024's 0.9) scales both. Absorbed-MLA reads run
+    # their own kernel, whose memory-bound case the 0.84 was measured on (cm384_paper: 84.1%), on
+    # every engine; devices without a measured decode kernel stream K/V at their weight fraction.
     from planner.catalog.hardware import hardware
     from planner.perf.roofline import decode_memory
 
@@ -162,11 +164,35 @@ def test_decode_attention_fraction_by_engine():
         return decode_memory(framework(fw).apply(hardware(hw)).efficiency, absorbed).value
 
     assert stream("vllm", "ascend-910b") == 0.78 and hardware("ascend-910b").efficiency.memory.value == 0.84
-    assert stream("sglang-ascend", "ascend-910c") == pytest.approx(0.78 * 0.8)
+    assert stream("sglang-ascend", "ascend-910c") == stream("sglang-ascend", "ascend-910b") == 0.60
+    assert stream("sglang-ascend", "ascend-910c", absorbed=True) == pytest.approx(0.84 * 0.7)
     assert stream("cloudmatrix-infer", "cloudmatrix384", absorbed=True) == 0.84
-    assert stream("sglang-ascend", "ascend-910c", absorbed=True) == pytest.approx(0.84 * 0.8)
     assert hardware("h100-sxm").efficiency.attention.decode_memory is None
     assert stream("vllm", "h100-sxm") == hardware("h100-sxm").efficiency.memory.value
+    # a profile the entry names no kernel for keeps the scaled-profile rule
+    assert stream("sglang-ascend", "h100-sxm") == pytest.approx(hardware("h100-sxm").efficiency.memory.value * 0.7)
+    mi300x = hardware("mi300x").efficiency
+    want = (mi300x.attention.decode_memory or mi300x.memory).value * 0.9
+    assert stream("vllm-rocm-2024", "mi300x") == pytest.approx(min(1.0, want))
+
+
+def test_sglang_ascend_decode_kernel_figure_is_the_bundled_fia_calls_median():
+    # The 168 FIA decode calls of the bundled sweep (GQA, 268 MB - 2.1 GB of K/V on a 910B), each
+    # turned by hand into an HBM fraction the way op_time streams K/V: (K/V + queries in and outputs
+    # out) / (time - 8.3 us kernel latency) / 1.6 TB/s / (ctx / (ctx + 128)); their median is the
+    # entry's figure (0.601 -> 0.60), and replayed through the entry they centre on the measurement.
+    from planner.catalog.hardware import microbenchmarks_dir, sweep_columns
+    from planner.microbench import decode_attention_sweep
+
+    path = microbenchmarks_dir() / "ascend-910b-decode-attention-sglang-ascend.csv"
+    b, ctx, qh, kvh, hd, eb, t_us = sweep_columns(path)
+    moved = b * ctx * kvh * hd * 2 * eb + b * qh * hd * 2 * 2
+    fraction = moved / ((t_us - 8.3) * 1e-6) / 1.6e12 / (ctx / (ctx + 128))
+    assert len(b) == 168 and (b * ctx * kvh * hd * 2 * eb).min() >= 268e6 and (kvh < qh).all()
+    assert np.median(fraction) == pytest.approx(0.601, abs=0.001)
+    assert framework("sglang-ascend").attention_decode["ascend-910b"].value == round(float(np.median(fraction)), 2)
+    replay = decode_attention_sweep(path)
+    assert replay["points"] == 168 and abs(replay["median_rel_error"]) < 0.01
 
 
 def test_ascend_kernel_latency_from_a_measured_decode_gemm():

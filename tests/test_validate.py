@@ -48,8 +48,12 @@ def test_validate_json_shape_and_amd_accuracy():
             assert {"n", "median_abs_rel_error", "p90_abs_rel_error"} <= set(s)
     # every bundled decode-attention sweep is replayed beside the GEMM sweeps, its floor calls counted apart
     decode = {s["file"]: s for s in data["decode_attention"]}
-    assert decode["ascend-910b-decode-attention-atbpa.csv"]["floor_bound"] == 11 and len(decode) == 4
+    assert decode["ascend-910b-decode-attention-atbpa.csv"]["floor_bound"] == 11 and len(decode) == 5
+    # one kernel per file (its own sweep) within 20% call by call; the engine-side FIA calls (168, replayed
+    # through the sglang-ascend entry that takes their median) spread wider, quartiles 0.56-0.63 of HBM
+    fia = decode.pop("ascend-910b-decode-attention-sglang-ascend.csv")
     assert all(s["points"] >= 2 and s["max_abs_rel_error"] <= 0.20 for s in decode.values())
+    assert fia["points"] == 168 and fia["median_abs_rel_error"] <= 0.07 and abs(fia["median_rel_error"]) <= 0.01
     # held-out AMD points (vLLM ROCm 2024-2025, Llama-3.1-70B/405B FP8, MI300X): the targets,
     # latency within 12% median (6.1% over 37 points) and throughput within 10% median and 5% bias
     # (5.3% / +2.5% over the 12 vLLM rows), since the offline rows are replayed as the lockstep waves they are and

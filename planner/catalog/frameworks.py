@@ -133,6 +133,11 @@ class Framework(Frozen):
     attention_prefill: dict[str, Fraction] = {}
     # its absorbed-MLA decode kernel's compute plateau, per hardware profile name (Efficiency.attention.mla_decode)
     attention_mla_decode: dict[str, Fraction] = {}
+    # the HBM fraction its paged (GQA/MHA) decode-attention kernel streams K/V at, per hardware
+    # profile name, where the engine calls another kernel than the one the profile measured
+    # (Efficiency.attention.decode_memory); measured as the engine calls it, so memory_scale does not
+    # scale it
+    attention_decode: dict[str, Fraction] = {}
     memory_scale: Figure | None = None
     # its MoE grouped-GEMM kernels' rate as a fraction of the dense plateau (Efficiency.grouped_gemm:
     # the profiles' default is DeepGEMM's; Triton fused_moe / CUTLASS MoE kernels reach less)
@@ -254,7 +259,9 @@ class Framework(Frozen):
             att["prefill"] = scaled(eff.attention.prefill, self.attention_scale)
         if (mla := for_profile(self.attention_mla_decode)) is not None:
             att["mla_decode"] = mla
-        if self.memory_scale is not None and eff.attention.decode_memory is not None:
+        if (decode := for_profile(self.attention_decode)) is not None:
+            att["decode_memory"] = decode
+        elif self.memory_scale is not None and eff.attention.decode_memory is not None:
             # the engine streams K/V through the vendor kernel the profile measured, at the same
             # share of it as it streams weights at the profile's fraction
             att["decode_memory"] = scaled(eff.attention.decode_memory, self.memory_scale)
