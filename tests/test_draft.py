@@ -17,6 +17,9 @@ def test_bundled_drafts_read_their_configs():
     assert (d.layer.num_heads, d.layer.num_kv_heads, d.layer.head_dim, d.layer.vocab_size) == (64, 4, 128, 32000)
     assert d.fused_hidden == 3 * 4096 and d.weight_dtype.value == "bf16"
     assert draft("qwen3-32b-eagle3").layer.head_dim == 80       # SpecForge's choice, not the target's 128
+    # Qwen3-30B-A3B's: the target's width (2,048), 32 / 4 heads of 128, a 6,144-wide MLP
+    small = draft("qwen3-30b-a3b-eagle3").layer
+    assert (small.hidden_size, small.intermediate_size, small.num_heads, small.num_kv_heads) == (2048, 6144, 32, 4)
     assert draft(None) is None and draft(d) is d
     # fc 3h^2 + q/k/v over 2h + o + SwiGLU MLP + 32,000-row head = 592.4 M (the embedding is the target's)
     h = 4096
@@ -25,7 +28,7 @@ def test_bundled_drafts_read_their_configs():
     for name in list_drafts():      # each bundled draft reads its target's hidden states
         target = {"qwen3-235b-a22b-eagle3": "qwen3-235b-a22b", "qwen3-32b-eagle3": "qwen3-32b",
                   "llama-3.1-8b-eagle3": "llama-3.1-8b", "llama-3.1-70b-eagle3": "llama-3.1-70b",
-                  "deepseek-v3-eagle3": "deepseek-v3"}[name]
+                  "deepseek-v3-eagle3": "deepseek-v3", "qwen3-30b-a3b-eagle3": "qwen3-30b-a3b"}[name]
         draft(name).check_target(planner.model(target))
 
 
