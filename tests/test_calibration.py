@@ -365,3 +365,18 @@ def test_ascend_engines_hold_what_their_calibration_points_give():
     tpot = next(p for p in pts if p.metric == "tpot_s")
     slow_front = candidate(mindie, step, None, sequence_s=seq, request_s=req + 0.05)
     assert predict(tpot, slow_front) == pytest.approx(predict(tpot, mindie), rel=0.02)
+
+
+@pytest.mark.parametrize("field", ["attention_decode", "attention_prefill", "attention_mla_decode"])
+def test_a_kernel_figure_for_a_profile_that_does_not_exist_is_refused(tmp_path, field):
+    # keyed by a mistyped profile name it would never apply: refused with the file, line and field,
+    # and the names it may have meant
+    from planner.catalog.frameworks import load_framework_file
+    from planner.errors import InputError
+
+    bad = tmp_path / "fw.yaml"
+    bad.write_text(f"description: x\n{field}:\n  ascend-91b: {{value: 0.5, source: me}}\n")
+    with pytest.raises(InputError, match=rf"fw\.yaml:2 {field}(.|\n)*unknown hardware profile 'ascend-91b'; "
+                                         r"did you mean 'ascend-910b'"):
+        load_framework_file(bad)
+
