@@ -23,6 +23,7 @@ from planner.catalog.hardware import (
     OpKernels,
     Seconds,
     ep_ranks_checked,
+    is_bundled_hardware,
     list_hardware,
 )
 from planner.errors import InputError, unknown_name
@@ -180,12 +181,10 @@ class Framework(Frozen):
     def _profile_names(cls, v: dict[str, Fraction]) -> dict[str, Fraction]:
         """Per-profile kernel figures are keyed by bundled profile names (a profile of one's own
         takes them through its ``base``): a name that matches none would silently never apply."""
-        if v:
-            known = list_hardware()
-            for name in v:
-                if name not in known:
-                    raise ValueError(f"{unknown_name('hardware profile', name, known)}; a profile of your own "
-                                     "takes a bundled one's figure through its base")
+        for name in v:
+            if not is_bundled_hardware(name):
+                raise ValueError(f"{unknown_name('hardware profile', name, list_hardware())}; a profile of your "
+                                 "own takes a bundled one's figure through its base")
         return v
 
     @field_validator("linear_state_dtype")

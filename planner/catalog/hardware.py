@@ -741,6 +741,16 @@ def list_hardware() -> list[str]:
     return sorted(_CACHE)
 
 
+def is_bundled_hardware(name: str) -> bool:
+    """Whether ``name`` is a bundled profile, without parsing the catalog: a bundled profile is the
+    file of its name (``_load_one``), else the full scan decides."""
+    key = str(name).lower()
+    if key in _CACHE or (not key.startswith("_") and key != "prices"
+                         and is_file(bundled_profiles_dir() / f"{key}.yaml")):
+        return True
+    return key in list_hardware()
+
+
 def load_hardware_file(path: str | Path) -> HardwareProfile:
     """Load a user's profile file; it may name a bundled profile as ``base``."""
     _load_bundled()
