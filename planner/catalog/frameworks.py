@@ -182,7 +182,7 @@ class Framework(Frozen):
         """Per-profile kernel figures are keyed by bundled profile names (a profile of one's own
         takes them through its ``base``): a name that matches none would silently never apply."""
         for name in v:
-            if not is_bundled_hardware(name):
+            if name != name.lower() or not is_bundled_hardware(name):     # keys match profile names as written
                 raise ValueError(f"{unknown_name('hardware profile', name, list_hardware())}; a profile of your "
                                  "own takes a bundled one's figure through its base")
         return v
