@@ -38,6 +38,13 @@ def _above_floor(path: Path, time_s: np.ndarray) -> np.ndarray:
     return time_s > 1.1 * (_stated(path, "harness_floor_us") or 0.0) * 1e-6
 
 
+def _as_timed(profile: str, label: str):
+    """Profile ``profile`` as the sweep's calls saw it: through the framework entry its file label
+    names where it names one (the sweep timed that engine's path), else the bare profile."""
+    hw = hardware(profile)
+    return framework(label).apply(hw) if label in _frameworks() else hw
+
+
 def gemm_sweep(path: Path) -> dict:
     """Predicted vs measured throughput of the GEMM shapes in ``path`` (``<profile>-gemm-<dtype>.csv``,
     or ``<profile>-gemm-<dtype>-<label>.csv`` for a second source of the same format, with columns
@@ -51,9 +58,7 @@ def gemm_sweep(path: Path) -> dict:
 
     profile, _, dtype = path.stem.partition("-gemm-")
     dtype, _, label = dtype.partition("-")
-    hw, dt = hardware(profile), DType(dtype)
-    if label in _frameworks():      # the sweep timed that engine's path: replay it as the engine sees the chip
-        hw = framework(label).apply(hw)
+    hw, dt = _as_timed(profile, label), DType(dtype)
     columns = sweep_columns(path)
     m, n, k, measured = columns[:4]
     groups = columns[4] if len(columns) > 4 else np.ones_like(m)
@@ -179,10 +184,7 @@ def decode_attention_sweep(path: Path) -> dict:
     from planner.perf.ops import DTypes, Op, OpKind
     from planner.perf.roofline import op_time
 
-    profile, _, label = path.stem.partition("-decode-attention-")
-    hw = hardware(profile)
-    if label in _frameworks():      # the engine's own kernel, as it sees the chip
-        hw = framework(label).apply(hw)
+    hw = _as_timed(*path.stem.split("-decode-attention-", 1))
     batch, ctx, qh, kvh, hd, eb, t_us = sweep_columns(path)
     kv = batch * ctx * kvh * hd * 2 * eb
     op = Op("attention", OpKind.attention, 1, flops=4.0 * batch * qh * hd * ctx, kv_bytes=kv,

@@ -672,10 +672,16 @@ def bundled_profiles_dir() -> Path:
 _CACHE: dict[str, HardwareProfile] = {}
 
 
+def _is_profile_file(path: Path) -> bool:
+    """Whether a file of the profiles' directory is a profile (not the shared citations, ``_*``,
+    nor the price table)."""
+    return not path.name.startswith("_") and path.name != "prices.yaml" and is_file(path)
+
+
 def _raw_profiles(directory: Path) -> dict[str, tuple[Path, dict, Lines]]:
     raw = {}
     for path in sorted(directory.glob("*.y*ml")):
-        if path.name.startswith("_") or path.name == "prices.yaml":   # citations; the price table
+        if not _is_profile_file(path):
             continue
         data, lines = load_yaml(path)
         if not isinstance(data, dict) or "name" not in data:
@@ -745,10 +751,7 @@ def is_bundled_hardware(name: str) -> bool:
     """Whether ``name`` is a bundled profile, without parsing the catalog: a bundled profile is the
     file of its name (``_load_one``), else the full scan decides."""
     key = str(name).lower()
-    if key in _CACHE or (not key.startswith("_") and key != "prices"
-                         and is_file(bundled_profiles_dir() / f"{key}.yaml")):
-        return True
-    return key in list_hardware()
+    return key in _CACHE or _is_profile_file(bundled_profiles_dir() / f"{key}.yaml") or key in list_hardware()
 
 
 def load_hardware_file(path: str | Path) -> HardwareProfile:

@@ -459,7 +459,6 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
     return ideal, f"HBM x {eff.memory.value:.2f} + {fixed}", eff.memory.source
 
 
-
 def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarray, str, str]:
     """(ideal time, the efficiency applied, its source) of one operator's time ``t``; where the
     engine launches other than one kernel for it (``Efficiency.op_kernels``), the count's source
@@ -487,6 +486,7 @@ def _expert_load_text(eff, op: Op) -> str:
     skew = eff.moe_imbalance.value if np.any(np.asarray(op.group) > 1) else 1.0
     load = float(np.ravel(np.asarray(op.imbalance, dtype=float))[0]) * skew
     return f", expert load x{load:.2f}" if load > 1.0001 else ""
+
 
 def _comm_time(hw: HardwareProfile, op: Op, dtypes: DTypes, ideal: bool = False) -> np.ndarray:
     """A collective on its link. EP all-to-all is as slow as its most loaded device; dispatch
