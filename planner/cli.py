@@ -64,6 +64,10 @@ MEMORY_FRACTION_HELP = ("The engine's memory setting as on its command line: vLL
                         "SGLang --mem-fraction-static (of total memory), TensorRT-LLM "
                         "kv_cache_free_gpu_mem_fraction (of what weights and activations leave); default the "
                         "framework's.")
+KV_POOL_TOKENS_HELP = ("Cap on the tokens the engine's KV pool holds per attention replica, as on its command "
+                       "line: SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens, vLLM "
+                       "--num-gpu-blocks-override x --block-size; the pool is the smaller of this and what "
+                       "memory holds; default memory alone.")
 STATE_DTYPE_HELP = ("Format of linear-attention recurrent states (Gated DeltaNet: SGLang --mamba-ssm-dtype, "
                     "vLLM --mamba-ssm-cache-dtype); default the framework's (SGLang fp32, vLLM the model's bf16).")
 
@@ -325,6 +329,7 @@ def whatif(
     state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
     memory_fraction: float | None = typer.Option(None, "--memory-fraction", min=0.01, max=1.0,  # noqa: UP007
                                                  help=MEMORY_FRACTION_HELP),
+    kv_pool_tokens: int | None = typer.Option(None, "--kv-pool-tokens", min=1, help=KV_POOL_TOKENS_HELP),  # noqa: UP007
     cp: int = typer.Option(1, "--cp", min=1, max=MAX_DEGREE, help="Context parallelism: prefill over N instances of "
                            "the layout (ring attention; TPOT and memory stay one instance's)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -339,7 +344,7 @@ def whatif(
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
                  framework=framework, cp=cp, draft=draft, state_dtype=state_dtype.value if state_dtype else None,
-                 memory_fraction=memory_fraction)
+                 memory_fraction=memory_fraction, kv_pool_tokens=kv_pool_tokens)
     if json_out:
         doc = e.model_dump(mode="json")
         if explain:
@@ -383,6 +388,7 @@ def throughput(
     state_dtype: StateDTypeOpt | None = typer.Option(None, "--state-dtype", help=STATE_DTYPE_HELP),  # noqa: UP007
     memory_fraction: float | None = typer.Option(None, "--memory-fraction", min=0.01, max=1.0,  # noqa: UP007
                                                  help=MEMORY_FRACTION_HELP),
+    kv_pool_tokens: int | None = typer.Option(None, "--kv-pool-tokens", min=1, help=KV_POOL_TOKENS_HELP),  # noqa: UP007
     replay: bool = typer.Option(False, "--replay", help="With an SLO: find the load by replaying Poisson runs "
                                 "(600 s of requests) in the simulator, as MLPerf's Server scenario measures it; "
                                 "slower than the analytic curve (about a second)."),
@@ -393,10 +399,11 @@ def throughput(
     from planner.serving.batching import Engine
     from planner.throughput_cli import run_throughput
 
-    if state_dtype is not None or memory_fraction is not None:   # the profile as that engine was run
+    if state_dtype is not None or memory_fraction is not None or kv_pool_tokens is not None:   # as that engine ran
         from planner.catalog.frameworks import as_run
 
-        hardware = as_run(hardware, framework, state_dtype.value if state_dtype else None, memory_fraction)
+        hardware = as_run(hardware, framework, state_dtype.value if state_dtype else None, memory_fraction,
+                          kv_pool_tokens)
     run_throughput(model, hardware, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                    weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None,
                    concurrency=concurrency, rate=rate, ttft_p90=ttft_p90, tpot_p90=tpot_p90, ttft_p99=ttft_p99,

@@ -147,16 +147,16 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
-    from planner.perf.memory import engine_fraction, free_kv_bytes_device
+    from planner.perf.memory import engine_fraction, free_kv_bytes_device, kv_bytes_per_token_device
     from planner.perf.parallel import Layout, on_dies
 
     b = result.best
     m = scn.engine.model_as_run(model(scn.model))
     hw = as_run(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
-                scn.engine.framework, None, scn.engine.memory_fraction)
+                scn.engine.framework, None, scn.engine.memory_fraction, scn.engine.kv_pool_tokens)
     lay = Layout.of(b.tp, b.ep, b.pp)
-    kv = float(free_kv_bytes_device(m, hw, lay, resolve_dtypes(m, b.weight_dtype, b.kv_dtype),
-                                    scn.engine.speculation))
+    dtypes = resolve_dtypes(m, b.weight_dtype, b.kv_dtype)
+    kv = float(free_kv_bytes_device(m, hw, lay, dtypes, scn.engine.speculation))
     # engine ranks: one per die (an Ascend 910C package runs as 2), as the roofline times them
     ranks = on_dies(hw, lay)[1]
     cap = hw.memory.capacity.value
@@ -170,6 +170,10 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     stage = max(b.tp, b.ep)
     dp = stage // b.tp
     rank_tp, rank_dp, rank_ep = (int(x) for x in (ranks.tp, ranks.attention_dp, ranks.ep))
+    # tokens one attention replica's pool holds by memory alone (a device's share of the instance's pools)
+    per_token = float(np.ravel(kv_bytes_per_token_device(m, lay, dtypes.kv, hw))[0])
+    memory_tokens = int(max(kv, 0.0) / per_token * dp / rank_dp) if per_token > 0 else 0
+    page = hw.memory_policy.page_tokens
     return dict(
         name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),
         model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
@@ -180,7 +184,15 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         # engine ranks (one per die)
         instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp, hw)[1],
         chunked=scn.engine.chunked_prefill, mixed=scn.engine.mixed_prefill,
-        delay_passes=scn.engine.prefill_delay_passes)
+        delay_passes=scn.engine.prefill_delay_passes,
+        pool_cap=scn.engine.kv_pool_tokens, memory_tokens=memory_tokens, page=int(page.value) if page else 1)
+
+
+def _no_pool_cap(p: dict, engine: str, where: str) -> None:
+    """An engine whose launch this emitter writes has no flag for the plan's KV-pool cap."""
+    if p["pool_cap"] is not None:
+        raise InputError(f"{engine} takes a KV-pool token cap only {where}, which this emitter does not write; emit "
+                         "vllm or sglang, or drop engine.kv_pool_tokens")
 
 
 def _sglang_only(p: dict, engine: str) -> None:
@@ -209,6 +221,10 @@ def vllm_args(p: dict) -> list[str]:
              "--kv-cache-dtype", "fp8" if b.kv_dtype == "fp8" else "auto"]
     if p["state"]:                   # the recurrent-state format the plan assumed (engine.state_dtype)
         args += ["--mamba-ssm-cache-dtype", _TORCH_NAMES[p["state"]]]
+    if p["pool_cap"] is not None and p["pool_cap"] < p["memory_tokens"]:
+        # vLLM replaces its profiled block count with this (above what memory holds it fails to
+        # allocate), so it is written only where the cap is below memory's pool, as planned
+        args += ["--num-gpu-blocks-override", str(-(-p["pool_cap"] // p["page"])), "--block-size", str(p["page"])]
     return args + _quantization(p, "ascend")
 
 
@@ -251,12 +267,15 @@ def sglang_args(p: dict) -> list[str]:
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     if p["state"]:
         args += ["--mamba-ssm-dtype", _TORCH_NAMES[p["state"]]]
+    if p["pool_cap"] is not None:    # each DP rank's pool: the smaller of this and memory's (model runner)
+        args += ["--max-total-tokens", str(p["pool_cap"])]
     return args + _quantization(p, "modelslim")
 
 
 def trtllm_args(p: dict) -> list[str]:
     b = p["b"]
     _sglang_only(p, "TensorRT-LLM")
+    _no_pool_cap(p, "trtllm-serve", "in an extra options file (kv_cache_config.max_tokens)")
     if p["state"]:
         raise InputError("trtllm-serve takes the recurrent-state format only in an extra options file "
                          "(kv_cache_config.mamba_ssm_cache_dtype), which this emitter does not write; emit vllm or "
@@ -285,6 +304,10 @@ def _header(p: dict, comment: str = "#") -> str:
         f"(peak {b.peak_power_w / 1e3:.1f} kW)",
         f"memory: the engine may use {p['mem_util']:.0%} of each device's HBM (the planner's assumption)",
     ]
+    if p["pool_cap"] is not None:
+        held = min(p["pool_cap"], p["memory_tokens"])
+        lines.append(f"KV pool: {held:,} tokens per attention replica, the smaller of the launch's cap "
+                     f"({p['pool_cap']:,}, engine.kv_pool_tokens) and what memory holds ({p['memory_tokens']:,})")
     if r.simulation is not None:
         s = r.simulation
         lines.append(f"simulator check: {s.instances} instances, TTFT p90 {s.ttft_s['p90'] * 1e3:.0f} ms, TPOT p90 "
@@ -334,6 +357,7 @@ def mindie_config(p: dict) -> dict:
     if p["chunked"] and p["mixed"]:
         raise InputError("the plan runs decodes in its prompt iterations (engine.mixed_prefill: true); MindIE's "
                          "Standard template batches prompts apart: plan with engine.framework: mindie")
+    _no_pool_cap(p, "MindIE", "as a KV size in GB per NPU (npuMemSize)")
     if p["state"]:
         raise InputError("MindIE's config has no recurrent-state format key, which the plan set (engine.state_dtype: "
                          f"{p['state']}); emit vllm or sglang, or drop engine.state_dtype")

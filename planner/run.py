@@ -191,7 +191,7 @@ def _device_limits(engine, hardware: str) -> list[str]:
     scenario gives none (``Engine.batch_limits``: vLLM's budget below 70 GiB, SGLang's chunk)."""
     from planner.catalog.frameworks import as_run
 
-    hw = as_run(hardware, engine.framework, None, engine.memory_fraction)
+    hw = as_run(hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     picked = engine.device_picks(hw)
     if not picked:
         return []
@@ -207,7 +207,7 @@ def _device_limits(engine, hardware: str) -> list[str]:
 
 def _framework_scheduling(engine) -> list[str]:
     """Notes naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)
-    and the memory setting the scenario gives its engine, in that engine's sense."""
+    and the memory setting (and KV-pool cap) the scenario gives its engine, in that engine's sense."""
     from planner.catalog.frameworks import DEFAULT_FRAMEWORK, framework
 
     fw = framework(engine.framework or DEFAULT_FRAMEWORK)
@@ -217,6 +217,9 @@ def _framework_scheduling(engine) -> list[str]:
         notes.append(f"engine memory setting {engine.memory_fraction:g} of "
                      f"{'the memory weights and activations leave' if free else 'total device memory'} "
                      f"({fw.name}, engine.memory_fraction): the KV cache of every candidate is sized with it")
+    if engine.kv_pool_tokens is not None:
+        notes.append(f"engine KV pool capped at {engine.kv_pool_tokens:,} tokens per attention replica "
+                     f"(engine.kv_pool_tokens): every candidate's pool is the smaller of that and what memory holds")
     if engine.framework is None:
         return notes
     held = [f"{k}={v}" for k, v in fw.engine_knobs().items() if getattr(engine, k) == v]

@@ -26,11 +26,12 @@ def check_scenario(scn: Any) -> None:
 
 def _check_memory_fraction(scn: Any) -> None:
     """PrfaaS sites run the planner's default engine (``designs.prfaas``), not the scenario's: a
-    memory setting there would be ignored."""
-    if scn.engine.memory_fraction is not None and scn.design.type == "prfaas":
-        raise located("engine.memory_fraction", "a prfaas design runs every site on the planner's default engine "
-                      "at that engine's memory setting and does not read the scenario's engine section, so this "
-                      "would be ignored; remove it")
+    memory setting or KV-pool cap there would be ignored."""
+    for field in ("memory_fraction", "kv_pool_tokens"):
+        if getattr(scn.engine, field) is not None and scn.design.type == "prfaas":
+            raise located(f"engine.{field}", "a prfaas design runs every site on the planner's default engine "
+                          "at that engine's memory setting and does not read the scenario's engine section, so "
+                          "this would be ignored; remove it")
 
 
 def _check_state_dtype(scn: Any) -> None:

@@ -90,17 +90,17 @@ def pareto_front(*objectives: np.ndarray) -> np.ndarray:
 
 def candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[int], pp: list[int],
                weight_dtypes: list, kv_dtype=None, framework: str | None = None,
-               memory_fraction: float | None = None):
+               memory_fraction: float | None = None, kv_pool_tokens: int | None = None):
     """Yield ``(profile, layouts, dtypes)`` per hardware and weight dtype: the candidate blocks every
     design evaluates as arrays (hardware without a valid layout is skipped), each profile as the
     serving framework sees it (``frameworks.DEFAULT_FRAMEWORK`` if none is named), at the engine's
-    memory setting where one is given (``Engine.memory_fraction``)."""
+    memory setting and KV-pool cap where given (``Engine.memory_fraction``, ``Engine.kv_pool_tokens``)."""
     from planner.catalog.dtypes import DType
     from planner.catalog.frameworks import as_run
     from planner.perf.ops import DTypes
 
     for name in hardware:
-        hw = as_run(name, framework, None, memory_fraction)
+        hw = as_run(name, framework, None, memory_fraction, kv_pool_tokens)
         lay = layouts(model, hw, tp, ep, pp)
         if lay.tp.size == 0:
             continue

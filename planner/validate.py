@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import Format, Framework, Switch, TokenCount, framework
-from planner.catalog.hardware import Figure, Fraction, MemoryPolicy, hardware
+from planner.catalog.hardware import Count, Figure, Fraction, MemoryPolicy, hardware
 from planner.checks import Degree
-from planner.errors import InfeasibleError, PlannerError
+from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.frozen import Frozen
 from planner.yamlio import load_yaml, validation_error
 
@@ -74,6 +74,10 @@ class Point(Frozen):
                                        "activations and KV (SGLang --mem-fraction-static, vLLM "
                                        "--gpu-memory-utilization), where its command sets one: it replaces the "
                                        "framework's default in the engine's memory policy")
+    kv_pool_tokens: int | None = Field(None, ge=1, description="the run's cap on each KV pool's tokens, where its "
+                                       "command sets one (SGLang --max-total-tokens, TensorRT-LLM "
+                                       "kv_cache_config.max_tokens, vLLM --num-gpu-blocks-override x block size): "
+                                       "the pool is the smaller of it and what memory gives")
     state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         None, description="the format the run keeps linear-attention recurrent states in, where its command sets "
         "one (SGLang --mamba-ssm-dtype, vLLM --mamba-ssm-cache-dtype): it replaces the framework's default")
@@ -116,7 +120,6 @@ class Point(Frozen):
         if self.metric == "decode_tokens_per_s_per_device_at_tpot_bound" and self.tpot_bound_s is None:
             raise located("tpot_bound_s", f"{self.metric} needs tpot_bound_s")
         if self.lengths is not None:
-            from planner.errors import InputError
             from planner.serving.trace import load_trace
 
             try:
@@ -192,11 +195,16 @@ def _as_run(fw: Framework | None, p: Point) -> Framework:
         given = f"the run's command line ({p.source})"
         fw = fw.model_copy(update={"linear_state_dtype": Format(value=DType(p.state_dtype), source=given),
                                    "linear_state_from_checkpoint": Switch(value=False, source=given)})
-    if p.mem_fraction is None:
-        return fw
-    frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")
-    pol = fw.memory_policy or MemoryPolicy(kind="total_fraction", fraction=frac)   # the profiles' default kind
-    return fw.model_copy(update={"memory_policy": pol.given(frac)})
+    pol = fw.memory_policy
+    if p.mem_fraction is not None:
+        frac = Fraction(value=p.mem_fraction, source=f"the run's command line ({p.source})")
+        pol = (pol or MemoryPolicy(kind="total_fraction", fraction=frac)).given(frac)   # the profiles' default kind
+    if p.kv_pool_tokens is not None:
+        if pol is None:
+            raise InputError(f"{p.id}: kv_pool_tokens caps the framework's KV pool, but {fw.name or 'the framework'} "
+                             "has no memory policy of its own; give the run's mem_fraction too")
+        pol = pol.capped(Count(value=p.kv_pool_tokens, source=f"the run's command line ({p.source})"))
+    return fw if pol is fw.memory_policy else fw.model_copy(update={"memory_policy": pol})
 
 
 def predict_with_bounds(p: Point, fw: Framework | None = None) -> tuple[float, dict[str, str]]:

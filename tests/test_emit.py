@@ -20,14 +20,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # for --data-parallel-size / --enable-expert-parallel); --kv-cache-dtype {auto,fp8,fp8_e5m2,fp8_e4m3}
 VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
         "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization", "--kv-cache-dtype",
-        "--quantization"}
+        "--quantization",
+        # the KV pool's block count and block size (engine args: "--num-gpu-blocks-override ... Used for
+        # testing preemption"; --block-size)
+        "--num-gpu-blocks-override", "--block-size"}
 # SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html; the prefill
 # delayer's two from python/sglang/srt/server_args.py (enable_prefill_delayer, prefill_delayer_max_delay_passes)
 SGLANG = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--mem-fraction-static",
           "--max-running-requests", "--chunked-prefill-size", "--enable-mixed-chunk", "--kv-cache-dtype",
           "--quantization", "--enable-prefill-delayer", "--prefill-delayer-max-delay-passes",
           # the NPU backend, as SGLang's "Best Practice on Ascend NPU" commands launch it
-          "--device", "--attention-backend"}
+          "--device", "--attention-backend",
+          # the KV pool's token cap (server arguments: --max-total-tokens)
+          "--max-total-tokens"}
 # trtllm-serve options, https://nvidia.github.io/TensorRT-LLM/0.18.2/commands/trtllm-serve.html (+ --ep_size)
 TRTLLM = {"--tp_size", "--pp_size", "--ep_size", "--max_batch_size", "--max_num_tokens",
           "--kv_cache_free_gpu_memory_fraction"}

@@ -7,6 +7,7 @@ attention-DP replica or for the whole instance, how it places requests on those 
 from __future__ import annotations
 
 from functools import lru_cache
+from numbers import Integral
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -14,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from planner.catalog.dtypes import DType
 from planner.catalog.hardware import (
+    Count,
     DeviceLimits,
     EngineDefaults,
     Figure,
@@ -368,14 +370,16 @@ def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> 
 
 
 def as_run(hardware: str | HardwareProfile, framework: str | Framework | None = None,
-           state_dtype: str | DType | None = None, memory_fraction: float | None = None) -> HardwareProfile:
+           state_dtype: str | DType | None = None, memory_fraction: float | None = None,
+           kv_pool_tokens: int | None = None) -> HardwareProfile:
     """The profile (a name, YAML path or profile) as one engine run sees it: ``framework``'s entry
-    applied (``with_framework``), its recurrent states in ``state_dtype`` and its memory setting at
-    ``memory_fraction`` where given (``with_state_dtype``, ``with_memory_fraction``)."""
+    applied (``with_framework``), its recurrent states in ``state_dtype``, its memory setting at
+    ``memory_fraction`` and its KV pool capped at ``kv_pool_tokens`` where given
+    (``with_state_dtype``, ``with_memory_fraction``, ``with_kv_pool_tokens``)."""
     from planner.catalog.hardware import hardware as get_hardware
 
-    return with_memory_fraction(with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype),
-                                memory_fraction)
+    hw = with_state_dtype(with_framework(get_hardware(hardware), framework), state_dtype)
+    return with_kv_pool_tokens(with_memory_fraction(hw, memory_fraction), kv_pool_tokens)
 
 
 def with_memory_fraction(hw: HardwareProfile, fraction: float | None) -> HardwareProfile:
@@ -389,6 +393,21 @@ def with_memory_fraction(hw: HardwareProfile, fraction: float | None) -> Hardwar
         raise InputError(f"memory_fraction must be in (0, 1], got {fraction!r}")
     given = Fraction(value=float(fraction), source="given with the run (--memory-fraction, engine.memory_fraction)")
     return hw.model_copy(update={"memory_policy": hw.memory_policy.given(given)})
+
+
+def with_kv_pool_tokens(hw: HardwareProfile, tokens: int | None) -> HardwareProfile:
+    """``hw`` whose engine was launched with its KV pool capped at ``tokens`` per attention replica
+    (``MemoryPolicy.pool_tokens``): SGLang ``--max-total-tokens`` (each DP rank's model runner takes
+    min(profiled, given): model_runner init_memory_pool), TensorRT-LLM ``KvCacheConfig.max_tokens``
+    ("memory corresponding to the minimum" of it and the free fraction), vLLM
+    ``--num-gpu-blocks-override`` x block size (an override: above what memory holds the engine
+    fails to allocate, the planner keeps memory's pool); None: memory alone sizes the pool."""
+    if tokens is None:
+        return hw
+    if isinstance(tokens, bool) or not isinstance(tokens, Integral) or tokens < 1:
+        raise InputError(f"kv_pool_tokens must be a positive integer (tokens per KV pool), got {tokens!r}")
+    given = Count(value=int(tokens), source="given with the run (--kv-pool-tokens, engine.kv_pool_tokens)")
+    return hw.model_copy(update={"memory_policy": hw.memory_policy.capped(given)})
 
 
 def with_state_dtype(hw: HardwareProfile, state_dtype: str | DType | None) -> HardwareProfile:

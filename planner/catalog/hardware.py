@@ -369,10 +369,18 @@ class MemoryPolicy(Frozen):
     # not of capacity, and its activations live in the 1 - f it keeps back; vLLM takes its
     # fraction of total memory and counts its profiled activations against it (False)
     activations_in_reserve: Flag | None = None
+    # the most tokens one KV pool (one attention replica's) holds where the launch caps it: the pool
+    # is the smaller of this and what memory gives (SGLang --max-total-tokens, TensorRT-LLM
+    # KvCacheConfig.max_tokens, vLLM --num-gpu-blocks-override x block size); None: memory decides
+    pool_tokens: Count | None = None
 
     def given(self, fraction: Fraction) -> MemoryPolicy:
         """This policy with the memory setting a launch gave (the engine's own rule then unused)."""
         return self.model_copy(update={"fraction": fraction, "static_reserve": None})
+
+    def capped(self, tokens: Count) -> MemoryPolicy:
+        """This policy with the KV-pool token cap a launch gave (``pool_tokens``)."""
+        return self.model_copy(update={"pool_tokens": tokens})
 
 
 def ep_ranks_checked(curve: dict[int, Fraction]) -> dict[int, Fraction]:

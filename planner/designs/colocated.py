@@ -101,7 +101,8 @@ def _block_jobs(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[i
     """``(group, candidate indices, hardware, layouts, dtypes)`` of every block, in search order
     (group: the rank of the hardware and dtype in the search)."""
     for group, (hw, lay, dtypes) in enumerate(candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
-                                                           engine.framework, engine.memory_fraction)):
+                                                           engine.framework, engine.memory_fraction,
+                                                           engine.kv_pool_tokens)):
         for index, sub in blocks(lay, block):
             yield group, index, hw, sub, dtypes
 
@@ -174,7 +175,7 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
         keep.merge(rows)
     if not keep.rows:
         raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count,
-                                              _engine_floor(engine, hardware, slo)))
+                                              _engine_floor(engine, hardware, slo), engine, stats))
     survivors = [(ev, k) if power else (_with_power(ev, model, engine, stats, workload.arrival.scv, slo), k)
                  for *_, ev, k in keep.result()]
     deployments = [_deployment(ev, 0, k, rate, slo, cost, stats, model) for ev, k in survivors]
@@ -325,9 +326,14 @@ def _engine_floor(engine: Engine, hardware: list[str], slo: SLO) -> str | None:
 
 
 def _why_infeasible(model: ModelSpec, light: _LightLoad, slo: SLO, rate: float, max_instances: int,
-                    count: int, floor: str | None = None) -> str:
+                    count: int, floor: str | None = None, engine: Engine | None = None,
+                    stats: LengthStats | None = None) -> str:
     if count == 0:
         return f"no valid layout of {model.name} on the candidate hardware (check tp/ep/pp lists and domain sizes)"
+    cap = engine.kv_pool_tokens if engine is not None else None
+    if not light.fits and cap is not None and stats is not None and stats.mean_full_len > cap:
+        return (f"the engine's KV pool is capped at {cap:,} tokens (engine.kv_pool_tokens), fewer than one "
+                f"request of the workload holds (~{stats.mean_full_len:,.0f} tokens); raise or drop the cap")
     if not light.fits:
         return (f"{model.name} does not fit on any candidate (weights + KV of one sequence exceed device memory); "
                 "add larger tp/pp degrees or fp8 weights")
@@ -380,7 +386,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     from planner.serving.slo import judge
 
     k = instances or d.instances
-    hw = as_run(d.hardware, engine.framework, None, engine.memory_fraction)
+    hw = as_run(d.hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     lay = Layout.of(d.tp, d.ep, d.pp)
     arrival, inp, out = workload.sample(requests, seed)

@@ -178,7 +178,7 @@ def plan_distserve(model: ModelSpec, spec: DistServeSpec, workload: Workload, sl
                          "both)")
     ttft, tpot = th["ttft_s"], th["tpot_s"]
     target = slo.attainment if slo.attainment is not None else spec.attainment
-    hw = machine_hw(spec.hardware, spec.framework, 1.0, engine.memory_fraction)
+    hw = machine_hw(spec.hardware, spec.framework, 1.0, engine.memory_fraction, engine.kv_pool_tokens)
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     stats = length_stats(workload)

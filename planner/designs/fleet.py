@@ -147,7 +147,7 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     best_cost = np.full(H, np.inf)
     row = {get_hardware(n).name: i for i, n in enumerate(hardware)}
     for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework,
-                                      engine.memory_fraction):
+                                      engine.memory_fraction, engine.kv_pool_tokens):
         h = row[hw.name]
         rates = np.zeros((lay.tp.size, B))
         for b, (stats, _, _) in enumerate(buckets):

@@ -157,7 +157,7 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
     for key in keys:
         hw_name, tp, ep, pp, cap = key
         pool = pool_of(d.prompt, key, 1)
-        hw = machine_hw(hw_name, spec.framework, cap, engine.memory_fraction)
+        hw = machine_hw(hw_name, spec.framework, cap, engine.memory_fraction, engine.kv_pool_tokens)
         lay = pool.layout
         token_one = evaluate_pools(model, d.model_copy(update={
             "token": pool, "prompt": d.prompt.model_copy(update={"count": big})}), spec, workload, slo, engine,
@@ -166,7 +166,8 @@ def machine_types(model: ModelSpec, d, spec, workload: Workload, slo: SLO, engin
                                        spec.framework, usd_per_h).max_rate
         # a prompt machine ships each request's KV to a token machine of the design's token type
         pair = d.model_copy(update={"prompt": pool})
-        thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap, engine.memory_fraction)
+        thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap, engine.memory_fraction,
+                         engine.kv_pool_tokens)
         support, s, _ = prompt_service(model, hw, lay, dtypes, workload)
         mean_bytes = float(kv_transfer_s(model, spec, hw, thw, pair, support, s, dtypes.kv)[1].mean())
         kv_cap = kv_link_bytes_per_s(spec, hw, thw, pair) / mean_bytes

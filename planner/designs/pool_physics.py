@@ -18,10 +18,12 @@ from planner.serving.slo import PERCENTILES
 from planner.serving.workload import Workload, weighted_quantile
 
 
-def machine_hw(name: str, fw: str | None, cap: float = 1.0, memory_fraction: float | None = None) -> HardwareProfile:
+def machine_hw(name: str, fw: str | None, cap: float = 1.0, memory_fraction: float | None = None,
+               kv_pool_tokens: int | None = None) -> HardwareProfile:
     """Profile ``name`` with engine entry ``fw`` applied, its memory setting at ``memory_fraction``
-    where given (``Engine.memory_fraction``) and its devices capped at ``cap`` of TDP."""
-    return apply_power_cap(as_run(name, fw, None, memory_fraction), cap)
+    and its KV pool capped at ``kv_pool_tokens`` where given (``Engine.memory_fraction``,
+    ``Engine.kv_pool_tokens``) and its devices capped at ``cap`` of TDP."""
+    return apply_power_cap(as_run(name, fw, None, memory_fraction, kv_pool_tokens), cap)
 
 
 def prompt_service(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,

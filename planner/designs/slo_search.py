@@ -79,7 +79,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     def jobs():
         nonlocal count
         for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework,
-                                          engine.memory_fraction):
+                                          engine.memory_fraction, engine.kv_pool_tokens):
             count += lay.tp.size
             groups = {g: acc.groups[g] for g in (acc.group("aggregated", hw.name, dtypes.weight.value),
                                                  acc.group("disaggregated", hw.name, dtypes.weight.value))}

@@ -145,10 +145,12 @@ def simulate_design(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workloa
     no_cp(d.prompt, "simulated prompt pool (the simulator does not model context parallelism)")
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
-    prompt_hw = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap, engine.memory_fraction)
+    prompt_hw = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap, engine.memory_fraction,
+                           engine.kv_pool_tokens)
     workload = with_pool_cache(model, workload, kv_cache, d.prompt, prompt_hw, dtypes)[0]
     pools, prompt_n, token_n, mixed_n, share = _sim_roles(model, d, spec, workload, slo, engine, dtypes)
-    hws = [machine_hw(p.hardware, spec.framework, p.power_cap, engine.memory_fraction) for p in pools]
+    hws = [machine_hw(p.hardware, spec.framework, p.power_cap, engine.memory_fraction, engine.kv_pool_tokens)
+           for p in pools]
     lays = [p.layout for p in pools]
 
     def machines(counts):

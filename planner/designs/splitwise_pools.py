@@ -37,6 +37,7 @@ from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     kv_cache_bytes_per_token,
+    pool_tokens,
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
@@ -126,7 +127,7 @@ def _max_rate(rates: np.ndarray, ok: np.ndarray, named: list, extra: list) -> tu
 def evaluate_colocated(model: ModelSpec, b: Baseline, workload: Workload, slo: SLO, engine: Engine,
                        dtypes: DTypes, fw: str | None, usd_per_h: dict[str, float],
                        kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
-    hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap, engine.memory_fraction)
+    hw = machine_hw(b.pool.hardware, fw, b.pool.power_cap, engine.memory_fraction, engine.kv_pool_tokens)
     lay = b.pool.layout
     _layout_of(model, b.pool, hw, f"baseline {b.name}")
     no_cp(b.pool, f"baseline {b.name}")
@@ -202,6 +203,11 @@ def _prompt_fits(model: ModelSpec, hw: HardwareProfile, pool: Pool, dtypes: DTyp
     free = float(np.ravel(free_kv_bytes_device(model, hw, lay, dtypes))[0])
     need = (float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0]) * tokens / pool.cp
             + float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0]))
+    cap = pool_tokens(hw)
+    if free >= need and tokens / pool.cp > cap:
+        raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}) holds at most {cap:,.0f} tokens in "
+                              f"its KV pool (kv_pool_tokens), fewer than the workload's longest prompt "
+                              f"({tokens / pool.cp:,.0f} tokens per instance); raise the cap")
     if free < need:
         room = f"{free / 1e9:.1f} GB free" if free > 0 else f"the weights alone exceed it by {-free / 1e9:.0f} GB"
         raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}) has no room beside the weights for "
@@ -242,8 +248,10 @@ def split_physics(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, workload:
     """``SplitPhysics`` of design ``d``: depends on its pools' counts only through a session
     workload's prefix cache (held by the prompt machines), so a search over counts of another
     workload computes it once."""
-    php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap, engine.memory_fraction)
-    thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap, engine.memory_fraction)
+    php = machine_hw(d.prompt.hardware, spec.framework, d.prompt.power_cap, engine.memory_fraction,
+                     engine.kv_pool_tokens)
+    thw = machine_hw(d.token.hardware, spec.framework, d.token.power_cap, engine.memory_fraction,
+                     engine.kv_pool_tokens)
     workload, cache = with_pool_cache(model, workload, kv_cache, d.prompt, php, dtypes)
     stats = length_stats(workload)
     play, tlay = d.prompt.layout, d.token.layout

@@ -87,8 +87,8 @@ def _best_split(model, spec, workload, slo, engine, dtypes, usd_per_h, prompt: P
     """The best split of one (prompt, token) machine pair (hardware, degrees, the token pool's
     power cap; counts of 1) within every budget in ``limits``."""
     prompt_hw, token_hw, cap = prompt.hardware, token.hardware, token.power_cap
-    php = machine_hw(prompt_hw, spec.framework, 1.0, engine.memory_fraction)
-    thw = machine_hw(token_hw, spec.framework, cap, engine.memory_fraction)
+    php = machine_hw(prompt_hw, spec.framework, 1.0, engine.memory_fraction, engine.kv_pool_tokens)
+    thw = machine_hw(token_hw, spec.framework, cap, engine.memory_fraction, engine.kv_pool_tokens)
     spec = spec.model_copy(update={"mixed_pool": False})     # pool capacities of fixed pools
     kinds = list(limits)
     up = np.array([_units(k, usd_per_h)(php, prompt_hw, prompt.devices) for k in kinds])

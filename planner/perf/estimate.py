@@ -36,9 +36,9 @@ from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
-from planner.perf.memory import MemoryUse, engine_fraction, memory_use, picks_own_fraction
+from planner.perf.memory import MemoryUse, engine_fraction, memory_use, picks_own_fraction, pool_tokens
 from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, scalar_zero, states_format
-from planner.perf.parallel import Layout, check_layout, die_layout_problems, on_dies
+from planner.perf.parallel import Layout, check_layout, die_layout_problems, dp_ranks, on_dies
 from planner.perf.regime import dominant_bound
 from planner.perf.roofline import StepTime, build_step, explain_op, step_time
 from planner.perf.speculation import NO_SPECULATION, Speculation
@@ -167,6 +167,7 @@ class MemoryEstimate(Frozen):
     memory_fraction: float = 0.0       # the engine's memory setting in effect (memory.engine_fraction)
     fraction_auto: bool = False        # the engine picked it itself for this device and layout (SGLang)
     fraction_of: str = ""              # what it is a fraction of: "total" memory, or what weights leave ("free")
+    kv_pool_tokens: int | None = None  # the launch's cap on each KV pool's tokens; None: memory alone sizes it
 
 
 class Estimate(Banded):
@@ -226,7 +227,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
              weight_dtype: str | DType = "bf16", kv_dtype: str | DType | None = None,
              mtp_tokens: int = 0, mtp_acceptance: float = 0.0, framework: str | None = None,
              cp: int = 1, draft: str | DraftSpec | None = None, state_dtype: str | DType | None = None,
-             memory_fraction: float | None = None) -> Estimate:
+             memory_fraction: float | None = None, kv_pool_tokens: int | None = None) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
     draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
     names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
@@ -238,8 +239,9 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     model's own MTP module); ``state_dtype`` the format linear-attention recurrent states are kept
     in (SGLang ``--mamba-ssm-dtype``, vLLM ``--mamba-ssm-cache-dtype``; default the engine's);
     ``memory_fraction`` the engine's memory setting as given on its command line
-    (``frameworks.with_memory_fraction``; default the framework entry's)."""
-    m, hw = get_model(model), as_run(hardware, framework, state_dtype, memory_fraction)
+    (``frameworks.with_memory_fraction``; default the framework entry's); ``kv_pool_tokens`` the
+    cap its launch puts on each KV pool's tokens (``frameworks.with_kv_pool_tokens``)."""
+    m, hw = get_model(model), as_run(hardware, framework, state_dtype, memory_fraction, kv_pool_tokens)
     tp, pp, ep, batch, cp = (_positive_int(n, v) for n, v in (("tp", tp), ("pp", pp), ("ep", ep), ("batch", batch),
                                                                ("cp", cp)))
     input_len, output_len = _positive_int("input_len", input_len), _positive_int("output_len", output_len)
@@ -285,6 +287,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             state_pool_bytes=f(mem.state_pool), startup_bytes=f(mem.startup),
             state_slot_cap=int(f(mem.seq_cap)) if np.isfinite(f(mem.seq_cap)) else None,
             memory_fraction=float(np.ravel(engine_fraction(*on_dies(hw, lay), spec))[0]),
+            kv_pool_tokens=int(pool_tokens(hw)) if np.isfinite(pool_tokens(hw)) else None,
             fraction_auto=picks_own_fraction(hw),
             fraction_of="total" if hw.memory_policy.kind == "total_fraction" else "free"),
         prefill=prefill, decode=_phase(r.decode, tpot),
@@ -332,6 +335,13 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
               + (f"runtime at start-up {f(mem.startup):.1f} GiB, " if f(mem.startup) else "")
               + f"{hw.framework or 'engine'} reserve {f(mem.reserved):.1f} GiB) "
               f"but {hw.name} has {cap:.1f} GiB")
+    limit = pool_tokens(hw)
+    over_cap = _first(mem.kv_cache) > _first(mem.kv_pool) * (1 + 1e-12)
+    if need <= cap and over_cap:
+        per_replica = -(-batch // dp_ranks(hw, lay)) * (input_len + output_len)
+        reason = (f"the launch caps each KV pool at {limit:,.0f} tokens (--kv-pool-tokens) but the batch puts "
+                  f"{per_replica:,} tokens in an attention replica's; memory would hold them")
+        return reason, [f"--kv-pool-tokens {per_replica}"]
     if need <= cap and np.isfinite(_first(mem.seq_cap)):
         reason = (f"the {hw.framework or 'engine'} recurrent-state pool holds {int(_first(mem.seq_cap))} requests' "
                   f"states ({f(mem.state_pool):.1f} GiB per device in whole slots, its share of the cache memory) "
@@ -376,7 +386,8 @@ def estimate_inputs(e: Estimate) -> tuple[ModelSpec, HardwareProfile, DraftSpec 
     resolved, local files included; for an Estimate rebuilt from its JSON, its names looked up."""
     if e._inputs is not None:
         return e._inputs
-    hw = as_run(e.hardware, e.framework or None, e.state_dtype, e.memory.memory_fraction or None)
+    hw = as_run(e.hardware, e.framework or None, e.state_dtype, e.memory.memory_fraction or None,
+                e.memory.kv_pool_tokens)
     return get_model(e.model), hw, get_draft(e.draft)
 
 

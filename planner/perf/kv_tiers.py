@@ -17,9 +17,9 @@ import numpy as np
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.kv_tiers import TierName, platform
 from planner.catalog.model import ModelSpec
-from planner.perf.memory import free_kv_bytes_device, kv_bytes_per_token_device
+from planner.perf.memory import free_kv_bytes_device, kv_bytes_per_token_device, pool_tokens
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout
+from planner.perf.parallel import Layout, dp_ranks
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ def hbm_cache_tokens(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     """Tokens of the instance's HBM KV pool left after the running sequences' ``running_tokens``."""
     per_token = _scalar(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))
     pool = _scalar(free_kv_bytes_device(model, hw, lay, dtypes)) / per_token * _scalar(lay.attention_dp)
+    pool = min(pool, pool_tokens(hw) * dp_ranks(hw, lay))        # a launch's cap holds each replica's pool
     return max(pool - running_tokens, 0.0)
 
 

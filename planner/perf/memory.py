@@ -237,12 +237,30 @@ def state_pool_split(hw: HardwareProfile, free_bytes, state_bytes) -> tuple[np.n
     return kv, np.where(state > 0, np.floor(slots / pol.slots_per_request.value), np.inf)
 
 
-def cache_split(hw: HardwareProfile, free_bytes, state_bytes, per_token) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pool_tokens(hw: HardwareProfile) -> float:
+    """The most tokens one KV pool holds by the engine's launch (``MemoryPolicy.pool_tokens``),
+    whatever memory would give; inf where the launch sets no cap."""
+    pol = hw.memory_policy
+    return float(pol.pool_tokens.value) if pol is not None and pol.pool_tokens is not None else np.inf
+
+
+def _capped_bytes(tokens, per_token) -> np.ndarray:
+    """Bytes ``tokens`` tokens of ``per_token`` bytes take; inf where there is no cap (inf tokens)."""
+    tokens = np.asarray(tokens, dtype=float)
+    finite = np.isfinite(tokens)
+    return np.where(finite, np.where(finite, tokens, 0.0) * np.asarray(per_token, dtype=float), np.inf)
+
+
+def cache_split(hw: HardwareProfile, free_bytes, state_bytes, per_token,
+                pools=1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes the KV pool gets, most sequences the engine admits, bytes a sequence holds there
     beside its tokens) of cache memory ``free_bytes``: ``state_pool_split``'s pool and cap, and per
     sequence its part-filled last page (``page_waste_bytes``) plus its recurrent state where that
-    stays in the KV pool (no state pool of its own). The one place every evaluator sizes pools from."""
+    stays in the KV pool (no state pool of its own). ``free_bytes`` spans ``pools`` KV pools
+    (attention replicas) of ``per_token`` bytes a token: a launch's token cap (``pool_tokens``)
+    holds each to that many tokens. The one place every evaluator sizes pools from."""
     kv, cap = state_pool_split(hw, free_bytes, state_bytes)
+    kv = np.minimum(kv, _capped_bytes(pool_tokens(hw) * np.asarray(pools, dtype=float), per_token))
     beside = page_waste_bytes(hw, per_token) + np.where(np.isfinite(cap), 0.0, np.asarray(state_bytes, dtype=float))
     return kv, cap, beside
 
@@ -296,6 +314,7 @@ class MemoryUse:
     state_pool: np.ndarray | float = 0.0   # recurrent-state slots of an engine that pools them apart
     seq_cap: np.ndarray | float = np.inf   # sequences (whole instance) those slots admit
     startup: np.ndarray | float = 0.0      # taken before the engine loads (``startup_bytes``)
+    kv_pool: np.ndarray | float = np.inf   # most KV bytes the launch's token cap lets the pool hold
 
     def of_package(self, dies: int) -> MemoryUse:
         """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
@@ -313,7 +332,7 @@ class MemoryUse:
     def fits(self) -> np.ndarray:
         """The batch's memory fits, and (where the engine pools states apart) its sequences have
         state slots: ``kv_cache / kv_per_sequence`` is the batch."""
-        ok = self.used <= self.capacity
+        ok = (self.used <= self.capacity) & (self.kv_cache <= self.kv_pool * (1 + 1e-12))
         if np.all(np.isinf(self.seq_cap)):
             return ok
         return ok & (self.kv_cache <= self.seq_cap * self.kv_per_sequence * (1 + 1e-12))
@@ -321,9 +340,9 @@ class MemoryUse:
     @property
     def max_batch(self) -> np.ndarray:
         """Largest number of sequences (whole instance) whose KV fits beside weights and workspace
-        (and the engine's state slots, which cap it too)."""
-        free = (self.capacity - self.startup - self.reserved - self.weights - self.workspace - self.comm_buffers
-                - self.state_pool)
+        (and the engine's state slots and its launch's KV token cap, which cap it too)."""
+        free = np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
+                          - self.comm_buffers - self.state_pool, self.kv_pool)
         return np.minimum(np.floor(np.maximum(free, 0) / self.kv_per_sequence), self.seq_cap)
 
 
@@ -347,7 +366,8 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
     # an engine with a state pool (SGLang) carves whole state slots out of the cache memory first:
     # a sequence then adds only its KV (and part-filled page), and the slots cap the batch
     free = cap - startup - reserved - weights - workspace - comm
-    kv_left, per_device_cap, beside = cache_split(hw, free, state, per_token)
+    kv_left, per_device_cap = state_pool_split(hw, free, state)
+    beside = cache_split(hw, free, state, per_token)[2]
     per_seq_dev = per_token * np.asarray(context_len, dtype=float) + beside
     return MemoryUse(
         capacity=cap,
@@ -360,6 +380,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
         state_pool=free - kv_left,
         seq_cap=per_device_cap * dp,
         startup=startup,
+        kv_pool=_capped_bytes(pool_tokens(hw), per_token) + 0 * cap,   # one pool's share on each device
     )
 
 

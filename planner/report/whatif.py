@@ -61,7 +61,9 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
                                + (", the engine's own pick for this device, layout and draft" if mem.fraction_auto
                                   else "")
                                + "; --memory-fraction to change)" if mem.fraction_of else "")),
-        ("max batch that fits", f"{mem.max_batch:,}"),
+        ("max batch that fits", f"{mem.max_batch:,}" + (f" (KV pool capped at {mem.kv_pool_tokens:,} tokens per "
+                                                        "attention replica: --kv-pool-tokens)"
+                                                        if mem.kv_pool_tokens is not None else "")),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
     if e.mtp_tokens:

@@ -128,6 +128,11 @@ class Engine(Frozen):
         "--gpu-memory-utilization and SGLang --mem-fraction-static take it of total device memory, TensorRT-LLM "
         "kv_cache_free_gpu_mem_fraction of what weights and activations leave (frameworks.with_memory_fraction); "
         "applies to every machine the scenario runs; default: the framework entry's")
+    kv_pool_tokens: int | None = Field(
+        None, ge=1, description="the most tokens the engine's KV pool holds, per attention replica, where its "
+        "launch caps it: SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens, vLLM "
+        "--num-gpu-blocks-override x --block-size; the pool is the smaller of this and what memory gives "
+        "(frameworks.with_kv_pool_tokens); applies to every machine the scenario runs; default: memory alone")
     state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         None, description="format the engine keeps linear-attention (Gated DeltaNet) recurrent states in, as set "
         "on its command line (vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype); beats the checkpoint's "

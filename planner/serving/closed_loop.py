@@ -16,6 +16,7 @@ from planner.checks import check_context
 from planner.errors import InfeasibleError, InputError
 from planner.frozen import Frozen
 from planner.perf.estimate import phase_bounds, resolve_dtypes
+from planner.perf.memory import pool_tokens
 from planner.perf.ops import Step
 from planner.perf.parallel import Layout, check_layout, dp_ranks
 from planner.perf.roofline import step_time
@@ -66,7 +67,7 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     context check still reads ``input_len + output_len``)."""
     m = get_model(model)
     hw = as_run(hardware, framework or (engine.framework if engine else None), None,
-                engine.memory_fraction if engine else None)
+                engine.memory_fraction if engine else None, engine.kv_pool_tokens if engine else None)
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
@@ -100,8 +101,10 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
                                    engine, framework)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     if not np.isfinite(c.n[0, 0]):
-        raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} has no memory left for the KV "
-                              f"cache of one {input_len + output_len}-token sequence; "
+        room = (f"has a KV pool capped at {pool_tokens(hw):,.0f} tokens (kv_pool_tokens), too small for"
+                if input_len + output_len > pool_tokens(hw) else "has no memory left for the KV cache of")
+        raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} {room} one "
+                              f"{input_len + output_len}-token sequence; "
                               + _would_fit(m, hw, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
                                            weight_dtype=weight_dtype, kv_dtype=kv_dtype))
     stable = c.rho[0] < 1

@@ -44,6 +44,7 @@ from planner.perf.memory import (
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     state_bytes_per_sequence_device,
+    state_pool_split,
 )
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, on_dies
@@ -58,6 +59,7 @@ _QV = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 # limit codes per grid point
 KV, BUDGET, SEQS = "kv_cache_memory", "iteration_token_budget", "max_num_seqs"
+KV_CAP = "kv_pool_tokens"       # the launch's cap on each KV pool, below what memory holds
 PREFILL_CAPACITY = "prefill_capacity"   # the arrival rate exceeds what prefill can serve (rho >= 1)
 
 
@@ -106,18 +108,23 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
     per_tok = kv_bytes_per_token_device(model, lay, dtypes.kv, hw)
     # an engine that pools recurrent states apart (SGLang) carves its state slots out first: a
-    # sequence then takes only KV from what they leave, and the slots cap the batch (both memory)
-    kv_free, slot_cap, beside = cache_split(hw, free, state_bytes_per_sequence_device(model, lay, dtypes.kv, hw),
-                                            per_tok)
+    # sequence then takes only KV from what they leave, and the slots cap the batch (both memory);
+    # a launch's token cap holds each pool (a device's share: one per attention replica as the
+    # engine counts them, per die)
+    state = state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)
+    pools = on_dies(hw, lay)[1].attention_dp / np.asarray(lay.attention_dp, dtype=float)
+    kv_free, slot_cap, beside = cache_split(hw, free, state, per_tok, pools)
     per_seq = (per_tok * held + beside) / lay.attention_dp
     n_kv = np.minimum(np.maximum(kv_free, 0) / per_seq, slot_cap * lay.attention_dp)
+    capped = kv_free < state_pool_split(hw, free, state)[0]
     # the whole instance's, over its DP ranks as the engine counts them (per die)
     seqs, tokens = engine.instance_limits(on_dies(hw, lay)[1].attention_dp, hw)
     verify = 1.0 + engine.mtp_tokens            # tokens each decoding sequence puts in an iteration
     n_budget = (tokens - np.asarray(lay.attention_dp, float)) / verify + 0 * n_kv   # decodes must fit the budget
     limits = np.stack(np.broadcast_arrays(n_kv, n_budget, seqs + 0 * n_kv))
-    names = np.array([KV, BUDGET, SEQS], dtype=object)
-    return limits.min(axis=0), names[limits.argmin(axis=0)]
+    names = np.array([KV, BUDGET, SEQS, KV_CAP], dtype=object)
+    which = limits.argmin(axis=0)
+    return limits.min(axis=0), names[np.where((which == 0) & capped, 3, which)]
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from planner.perf.memory import (
     cache_split,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
+    pool_tokens,
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
@@ -208,7 +209,7 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     dp = dp_ranks(hw, lay)
     engine = engine.for_device(hw, dp)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
-    kv, cap, beside = (float(x) for x in cache_split(hw, free, state, per_tok))
+    kv, cap, beside = (float(x) for x in cache_split(hw, free, state, per_tok, dp))
     if not np.isfinite(cap):
         return kv, per_tok, beside, engine
     cap = int(cap)
@@ -227,11 +228,18 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
 
 
 def check_longest_fits(input_len: np.ndarray, output_len: np.ndarray, free: float, per_tok: float, state: float,
-                       pools: int, where: str) -> None:
+                       pools: int, where: str, cap_tokens: float = np.inf) -> None:
     """A request's whole KV lives in one pool (its attention replica's, with data parallelism): the
-    longest request must fit in ``free / pools`` bytes, or it could never be admitted."""
+    longest request must fit in ``free / pools`` bytes, or it could never be admitted; where the
+    launch caps each pool at ``cap_tokens`` (``memory.pool_tokens``) and that is what it misses,
+    the error names the cap."""
     longest = int(np.max(input_len + output_len))
     need, room = longest * per_tok + state, max(free, 0) / pools
+    if need > room and longest > cap_tokens:
+        raise InfeasibleError(
+            f"a request of {longest:,} tokens does not fit in {where}'s KV pool, which the launch caps at "
+            f"{cap_tokens:,.0f} tokens (kv_pool_tokens) per attention replica; raise the cap (memory would hold "
+            f"more), or cap the request length")
     if need > room:
         replica = f" per attention replica ({pools} of them)" if pools > 1 else ""
         raise InfeasibleError(
@@ -252,7 +260,8 @@ def simulate(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
     route = rng.integers(0, instances, len(arrival_s))
     tps = request_tokens_per_step(engine, len(arrival_s), seed)
     free, per_tok, state, engine = cache_pools(model, hw, lay, dtypes, engine)
-    check_longest_fits(input_len, output_len, free, per_tok, state, dp_ranks(hw, lay), "the instance")
+    check_longest_fits(input_len, output_len, free, per_tok, state, dp_ranks(hw, lay), "the instance",
+                       pool_tokens(hw))
     if table is None:
         table = IterationTable.for_requests(model, hw, lay, dtypes, engine, input_len, output_len)
     devices = int(np.ravel(lay.devices)[0])
@@ -633,7 +642,8 @@ def _decode_pool(model, thw, tlay, n_token, dtypes, engine, arrival_s, input_len
     """Token instances (taken in turn as KV caches arrive) decode requests whose first token was made
     elsewhere at ``first_token`` and whose KV is in place at ``ready``."""
     free_kv, per_tok, state, engine = cache_pools(model, thw, tlay, dtypes, engine)
-    check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp_ranks(thw, tlay), "a token instance")
+    check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp_ranks(thw, tlay), "a token instance",
+                       pool_tokens(thw))
     dp = dp_ranks(thw, tlay)
     table = IterationTable.for_requests(model, thw, tlay, dtypes, engine, input_len, output_len)
     by_ready = np.argsort(ready, kind="stable")    # token machines taken in turn (balanced, like JSQ)

@@ -27,6 +27,7 @@ import numpy as np
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
+from planner.perf.memory import pool_tokens
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout, dp_ranks
 from planner.serving.batching import Engine, iteration
@@ -245,6 +246,7 @@ def _table(model, m: Machine, dtypes, engine, input_len, output_len):
     the sequences its pools hold) of a machine (``simulate.cache_pools``)."""
     free_kv, per_tok, state, engine = cache_pools(model, m.hw, m.lay, dtypes, engine)
     dp = dp_ranks(m.hw, m.lay)
-    check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp, f"a {m.hw.name} instance")
+    check_longest_fits(input_len, output_len, free_kv, per_tok, state, dp, f"a {m.hw.name} instance",
+                       pool_tokens(m.hw))
     table = IterationTable.for_requests(model, m.hw, m.lay, dtypes, engine, input_len, output_len)
     return table, free_kv, per_tok, state, dp, engine

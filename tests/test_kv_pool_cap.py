@@ -1,0 +1,203 @@
+"""``engine.kv_pool_tokens`` / ``--kv-pool-tokens``: a launch's cap on the tokens each KV pool holds
+(SGLang ``--max-total-tokens``, TensorRT-LLM ``kv_cache_config.max_tokens``, vLLM
+``--num-gpu-blocks-override`` x block size). Each attention replica's pool is the smaller of the cap
+and what memory gives; every evaluator (whatif, the closed loop, the queueing curve, the simulator,
+the disaggregated pools, emit) sizes it so."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import planner
+from planner.catalog.dtypes import DType
+from planner.catalog.frameworks import as_run
+from planner.catalog.model_catalog import model
+from planner.cli import app
+from planner.errors import InfeasibleError, InputError
+from planner.perf.memory import free_kv_bytes_device, kv_bytes_per_token_device, pool_tokens
+from planner.perf.ops import DTypes
+from planner.perf.parallel import Layout
+from planner.serving.batching import Engine
+from planner.serving.closed_loop import throughput
+from planner.serving.queueing import max_decode_batch
+from planner.serving.simulate import cache_pools, simulate
+from planner.serving.workload import length_stats_of
+
+runner = CliRunner()
+KW = dict(tp=1, pp=1, ep=1, input_len=1000, output_len=1000)
+BF16 = DTypes(weight=DType.bf16, kv=DType.bf16)
+
+
+def test_the_cap_holds_a_pool_to_its_tokens_by_hand():
+    """Llama-3.1-8B (128 KiB of BF16 KV per token) on one H100 under vLLM (16-token blocks): a
+    50,000-token pool holds floor(50,000 / (2,000 + 7.5)) = 24 sequences of 2,000 tokens (a sequence
+    holds on average (16 - 1) / 2 tokens of part-filled last block), whatever memory would give."""
+    e = planner.estimate("llama-3.1-8b", "h100-sxm", batch=64, kv_pool_tokens=50_000, **KW)
+    assert e.memory.max_batch == 24 and e.memory.kv_pool_tokens == 50_000
+    assert not e.fits
+    assert "caps each KV pool at 50,000 tokens" in e.infeasible_reason and "memory would hold them" in \
+        e.infeasible_reason
+    assert e.suggestions == ["--kv-pool-tokens 128000"]       # 64 sequences x 2,000 tokens
+    free = planner.estimate("llama-3.1-8b", "h100-sxm", batch=64, **KW)
+    assert free.fits and free.memory.max_batch > 24 and free.memory.kv_pool_tokens is None
+
+
+def test_a_cap_above_what_memory_holds_changes_nothing():
+    base = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, **KW)
+    high = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, kv_pool_tokens=10**9, **KW)
+    assert (high.memory.max_batch, high.tpot_s, high.ttft_s) == (base.memory.max_batch, base.tpot_s, base.ttft_s)
+    loose = throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=10**9), **KW)
+    assert loose.output_tokens_per_s == pytest.approx(throughput("llama-3.1-8b", "h100-sxm", **KW)
+                                                      .output_tokens_per_s, rel=1e-12)
+
+
+def test_each_attention_replica_has_its_own_pool():
+    """Mixtral on 4 H100s at ep 4, tp 1: 4 attention replicas, 4 pools. The simulator's instance-wide
+    KV bytes are 4 x the cap x the bytes a token takes on a device, and the queueing curve's KV limit
+    is 4 x the cap over a sequence's held tokens."""
+    m, lay = model("mixtral-8x7b"), Layout.of(1, 4, 1)
+    dt = DTypes(weight=DType.fp8, kv=DType.fp8)
+    hw = as_run("h100-sxm", "vllm", kv_pool_tokens=30_000)
+    per_tok = float(np.ravel(kv_bytes_per_token_device(m, lay, dt.kv, hw))[0])
+    free, _, _, _ = cache_pools(m, hw, lay, dt, Engine())
+    assert free == pytest.approx(4 * 30_000 * per_tok, rel=1e-12)
+    assert free < 4 * float(np.ravel(free_kv_bytes_device(m, hw, lay, dt))[0])    # the cap binds
+    stats = length_stats_of(np.array([1000.0]), np.array([500.0]), np.array([1.0]))
+    n, why = max_decode_batch(m, hw, lay, dt, Engine(), stats)
+    held = stats.mean_decode_ctx + 7.5                       # vLLM's 16-token blocks: 7.5 tokens part-filled
+    assert float(n) == pytest.approx(4 * 30_000 / held, rel=1e-9) and str(why) == "kv_pool_tokens"
+
+
+def test_the_simulator_never_holds_more_than_the_cap():
+    """A burst of 40 requests of 1,000 + 500 tokens. Under TensorRT-LLM, which reserves a request's
+    whole length at admission, a 20,000-token pool admits 13 of them at once (20,000 / 1,500; its
+    part-filled last page leaves room for no 14th), so the 14th prompt waits for a request to leave;
+    under vLLM, which admits on the tokens held so far, the same pool overfills as the requests grow
+    and the engine preempts. Memory's pool (~460k tokens) does neither."""
+    m, lay, n = model("llama-3.1-8b"), Layout.of(1, 1, 1), 40
+    inp, out, t0 = np.full(n, 1000), np.full(n, 500), np.zeros(n)
+    runs = {}
+    for fw in ("tensorrt-llm", "vllm"):
+        for cap in (None, 20_000):
+            hw = as_run("h100-sxm", fw, kv_pool_tokens=cap)
+            runs[fw, cap] = simulate(m, hw, lay, BF16, Engine(framework=fw).for_device(hw, 1), t0, inp, out,
+                                     warmup_frac=0.0)
+    trt = runs["tensorrt-llm", 20_000]
+    assert np.sort(trt.ttft_s)[12] < np.min(trt.e2e_s) <= np.sort(trt.ttft_s)[13]
+    assert np.sort(runs["tensorrt-llm", None].ttft_s)[-1] < np.min(runs["tensorrt-llm", None].e2e_s)
+    assert runs["vllm", 20_000].preemptions > 0 == runs["vllm", None].preemptions
+    assert trt.makespan_s > 2 * runs["tensorrt-llm", None].makespan_s
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(min_value=2_000, max_value=400_000), st.integers(min_value=2_000, max_value=400_000))
+def test_a_larger_pool_never_serves_less(a, b):
+    lo, hi = sorted((a, b))
+    t = [throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=c), concurrency=64, **KW)
+         .output_tokens_per_s for c in (lo, hi)]
+    # 1e-6: the closed loop reads its curve off a grid of batches, which moves it by ~1e-7 where the
+    # cap stops binding between the two
+    assert t[1] >= t[0] * (1 - 1e-6)
+
+
+def test_a_request_longer_than_the_pool_is_an_answer_naming_the_cap():
+    m, lay = model("llama-3.1-8b"), Layout.of(1, 1, 1)
+    hw = as_run("h100-sxm", "vllm", kv_pool_tokens=1_500)
+    with pytest.raises(InfeasibleError, match=r"caps at 1,500 tokens \(kv_pool_tokens\).*raise the cap"):
+        simulate(m, hw, lay, BF16, Engine(), np.zeros(2), np.full(2, 1000), np.full(2, 1000))
+    with pytest.raises(InfeasibleError, match=r"KV pool capped at 1,500 tokens.*--kv-pool-tokens 2000"):
+        throughput("llama-3.1-8b", hw, **KW)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])
+def test_a_cap_that_is_not_a_positive_integer_is_refused(bad):
+    with pytest.raises(InputError, match="kv_pool_tokens must be a positive integer"):
+        as_run("h100-sxm", "vllm", kv_pool_tokens=bad)
+
+
+def test_the_cli_takes_and_checks_it():
+    ok = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "1000", "-o", "1000",
+                             "-b", "8", "--kv-pool-tokens", "50000", "--json"])
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["memory"]["kv_pool_tokens"] == 50_000
+    bad = runner.invoke(app, ["whatif", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "1000", "-o", "1000",
+                              "--kv-pool-tokens", "0"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    tight = runner.invoke(app, ["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "1000", "-o", "1000",
+                                "-c", "64", "--kv-pool-tokens", "20000", "--json"])
+    loose = runner.invoke(app, ["throughput", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-i", "1000", "-o", "1000",
+                                "-c", "64", "--json"])
+    assert tight.exit_code == loose.exit_code == 0
+    assert json.loads(tight.stdout)["output_tokens_per_s"] < 0.5 * json.loads(loose.stdout)["output_tokens_per_s"]
+
+
+SCENARIO = """\
+name: pool-cap
+model: llama-3.1-8b
+workload:
+  rate: 4
+  input: {{dist: fixed, value: 2000}}
+  output: {{dist: fixed, value: 500}}
+slo:
+  ttft_s: {{p90: 3}}
+  tpot_s: {{p90: 0.1}}
+{engine}search: {{hardware: [h100-sxm], tp: [1], weight_dtype: [bf16]}}
+"""
+
+
+def _plan(tmp_path, engine: str, *extra: str):
+    p = tmp_path / "s.yaml"
+    p.write_text(SCENARIO.format(engine=engine))
+    return runner.invoke(app, ["plan", str(p), "--json", *extra])
+
+
+def test_a_scenario_cap_sizes_the_plan_and_is_said(tmp_path):
+    free = _plan(tmp_path, "")
+    capped = _plan(tmp_path, "engine: {kv_pool_tokens: 25000}\n")
+    assert free.exit_code == capped.exit_code == 0, capped.stderr
+    a, b = json.loads(free.stdout)["best"], json.loads(capped.stdout)["best"]
+    # vLLM holds a decoding request's tokens so far, 2,000 + ~250 on average: 11 of them fill the pool,
+    # so the capped plan runs smaller batches on more instances
+    assert b["decode_batch"] <= 25_000 / 2_250 < a["decode_batch"]
+    assert b["binding"] == "kv_pool_tokens" or b["binding"].startswith(("ttft", "tpot"))
+    assert b["instances"] >= a["instances"]
+    assert "KV pool capped at 25,000 tokens" in capped.stdout
+    bad = _plan(tmp_path, "engine: {kv_pool_tokens: 0}\n")
+    assert bad.exit_code != 0 and "kv_pool_tokens" in bad.output and "Traceback" not in bad.output
+    small = _plan(tmp_path, "engine: {kv_pool_tokens: 1000}\n")      # a request holds 2,500 tokens
+    assert small.exit_code != 0 and "capped at 1,000 tokens (engine.kv_pool_tokens)" in small.output
+
+
+def test_emit_writes_the_cap_where_the_engine_has_a_flag(tmp_path):
+    from tests.test_emit import SGLANG, VLLM, _command, _flags
+
+    out, p = tmp_path, tmp_path / "s.yaml"
+    p.write_text(SCENARIO.format(engine="engine: {kv_pool_tokens: 25000}\n"))
+    for engine, flags in (("sglang", SGLANG), ("vllm", VLLM)):
+        r = runner.invoke(app, ["plan", str(p), "--json", "--emit", engine, str(out / engine)])
+        assert r.exit_code == 0, r.stderr
+        f = _flags(_command(out / engine / f"{engine}.sh"))
+        assert set(f) <= flags
+        if engine == "sglang":
+            assert f["--max-total-tokens"] == "25000"
+        else:                          # vLLM replaces its block count: ceil(25,000 / 16) blocks of 16
+            assert (f["--num-gpu-blocks-override"], f["--block-size"]) == ("1563", "16")
+        assert "KV pool: 25,000 tokens per attention replica" in (out / engine / f"{engine}.sh").read_text()
+    r = runner.invoke(app, ["plan", str(p), "--json", "--emit", "trtllm", str(out / "trt")])
+    assert r.exit_code != 0 and "kv_cache_config.max_tokens" in r.output and "Traceback" not in r.output
+
+
+def test_the_validation_run_that_sets_it_replays_with_it():
+    """SGLang's Qwen3-Next c80 run launches with --max-total-tokens 450560: its replay's pool is capped."""
+    from planner import validate as V
+
+    p = next(q for q in V.load_points().points if q.id == "sglasc-qwen3next-a3-2card-w8a8-3584-1536-c80-tpot")
+    assert p.kv_pool_tokens == 450_560
+    _, hw, _ = V._replay_inputs(V._as_run(None, p).model_dump_json(), p)
+    assert pool_tokens(hw) == 450_560
