@@ -185,7 +185,8 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp, hw)[1],
         chunked=scn.engine.chunked_prefill, mixed=scn.engine.mixed_prefill,
         delay_passes=scn.engine.prefill_delay_passes,
-        pool_cap=scn.engine.kv_pool_tokens, memory_tokens=memory_tokens, page=int(page.value) if page else 1)
+        pool_cap=scn.engine.kv_pool_tokens, memory_tokens=memory_tokens, page=int(page.value) if page else 1,
+        longest=int(max(i + o for i, o in zip(*scn.workload.joint_support()[:2]))))
 
 
 def _no_pool_cap(p: dict, engine: str, where: str) -> None:
@@ -221,10 +222,20 @@ def vllm_args(p: dict) -> list[str]:
              "--kv-cache-dtype", "fp8" if b.kv_dtype == "fp8" else "auto"]
     if p["state"]:                   # the recurrent-state format the plan assumed (engine.state_dtype)
         args += ["--mamba-ssm-cache-dtype", _TORCH_NAMES[p["state"]]]
+    pool = p["memory_tokens"]
     if p["pool_cap"] is not None and p["pool_cap"] < p["memory_tokens"]:
         # vLLM replaces its profiled block count with this (above what memory holds it fails to
         # allocate), so it is written only where the cap is below memory's pool, as planned
         args += ["--num-gpu-blocks-override", str(-(-p["pool_cap"] // p["page"])), "--block-size", str(p["page"])]
+        pool = p["pool_cap"]
+    # vLLM refuses to start unless its pool holds one request of --max-model-len tokens (default: the
+    # model's whole context; vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory): the
+    # workload's longest request, rounded up to 256 tokens where the pool holds that
+    if p["longest"] > pool:
+        raise InputError(f"the workload's longest request ({p['longest']:,} tokens) does not fit in one vLLM KV pool "
+                         f"of this plan ({pool:,} tokens), so vLLM would refuse to start; cap the request length or "
+                         "plan with more devices per instance")
+    args += ["--max-model-len", str(min(_tokens_up(p["longest"]), pool))]
     return args + _quantization(p, "ascend")
 
 

@@ -23,7 +23,9 @@ VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-s
         "--quantization",
         # the KV pool's block count and block size (engine args: "--num-gpu-blocks-override ... Used for
         # testing preemption"; --block-size)
-        "--num-gpu-blocks-override", "--block-size"}
+        "--num-gpu-blocks-override", "--block-size",
+        # the longest request the engine takes, which its KV pool must hold at start-up (--max-model-len)
+        "--max-model-len"}
 # SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html; the prefill
 # delayer's two from python/sglang/srt/server_args.py (enable_prefill_delayer, prefill_delayer_max_delay_passes)
 SGLANG = {"--model-path", "--tp-size", "--dp-size", "--enable-dp-attention", "--ep-size", "--mem-fraction-static",
@@ -100,6 +102,9 @@ def test_vllm_flags_documented_and_carry_the_plan(tmp_path, moe):
     assert f["--kv-cache-dtype"] in KV_DTYPES["vllm"] and f["--kv-cache-dtype"] == "fp8"
     assert f["--quantization"] == "fp8" and 0 < float(f["--gpu-memory-utilization"]) <= 1
     assert "predicted TTFT" in (out / "vllm.sh").read_text()
+    # the scenario's 1,024 + 128 tokens, rounded up to 256: not the model's 32,768-token default, which
+    # vLLM checks its KV pool against at start-up
+    assert f["--max-model-len"] == "1280"
 
 
 def test_sglang_flags_documented(tmp_path, moe):

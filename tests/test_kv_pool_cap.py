@@ -101,9 +101,10 @@ def test_a_larger_pool_never_serves_less(a, b):
     lo, hi = sorted((a, b))
     t = [throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=c), concurrency=64, **KW)
          .output_tokens_per_s for c in (lo, hi)]
-    # 1e-6: the closed loop reads its curve off a grid of batches, which moves it by ~1e-7 where the
-    # cap stops binding between the two
-    assert t[1] >= t[0] * (1 - 1e-6)
+    # 1e-3: the closed loop interpolates a grid of batches that spans up to the pool's limit, so a
+    # larger pool moves the grid points and the answer by ~1e-5 where neither or only the smaller cap
+    # binds; a cap that binds moves it by percents (the CLI test below: over half)
+    assert t[1] >= t[0] * (1 - 1e-3)
 
 
 def test_a_request_longer_than_the_pool_is_an_answer_naming_the_cap():
