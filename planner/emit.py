@@ -186,7 +186,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         chunked=scn.engine.chunked_prefill, mixed=scn.engine.mixed_prefill,
         delay_passes=scn.engine.prefill_delay_passes,
         pool_cap=scn.engine.kv_pool_tokens, memory_tokens=memory_tokens, page=int(page.value) if page else 1,
-        longest=int(max(i + o for i, o in zip(*scn.workload.joint_support()[:2]))))
+        longest=int(np.max(np.add(*scn.workload.joint_support()[:2]))))
 
 
 def _no_pool_cap(p: dict, engine: str, where: str) -> None:

@@ -202,3 +202,22 @@ def test_the_validation_run_that_sets_it_replays_with_it():
     assert p.kv_pool_tokens == 450_560
     _, hw, _ = V._replay_inputs(V._as_run(None, p).model_dump_json(), p)
     assert pool_tokens(hw) == 450_560
+
+
+def test_whatif_says_where_vllm_would_not_start_at_its_default_length():
+    """vLLM checks at start-up that one replica's pool holds a request of --max-model-len tokens, by
+    default the model's context (131,072 for Llama-3.1-70B): at TP2 on two A100-80Gs the pool holds
+    about 35,000 (the memory left beside the weights over 320 KiB a token per GPU), so the estimate
+    says to launch with a shorter maximum; SGLang and TensorRT-LLM run no such check."""
+    kw = dict(tp=2, batch=8, input_len=1000, output_len=1000)
+    e = planner.estimate("llama-3.1-70b", "a100-80g", **kw)
+    m, lay = model("llama-3.1-70b"), Layout.of(2, 1, 1)
+    hw = as_run("a100-80g", "vllm")
+    by_hand = float(np.ravel(free_kv_bytes_device(m, hw, lay, BF16))[0]) / float(
+        np.ravel(kv_bytes_per_token_device(m, lay, DType.bf16, hw))[0])
+    assert e.memory.pool_tokens == int(by_hand) and 30_000 < by_hand < 40_000
+    assert len(e.notes) == 1 and f"--max-model-len {e.memory.pool_tokens} or less" in e.notes[0]
+    assert "131,072" in e.notes[0]
+    for fw in ("sglang", "tensorrt-llm"):
+        assert planner.estimate("llama-3.1-70b", "a100-80g", framework=fw, **kw).notes == []
+    assert planner.estimate("llama-3.1-8b", "h100-sxm", **KW, batch=1).notes == []   # its pool holds 131,072

@@ -373,6 +373,9 @@ class MemoryPolicy(Frozen):
     # is the smaller of this and what memory gives (SGLang --max-total-tokens, TensorRT-LLM
     # KvCacheConfig.max_tokens, vLLM --num-gpu-blocks-override x block size); None: memory decides
     pool_tokens: Count | None = None
+    # the engine refuses to start unless one attention replica's pool holds one request of its
+    # maximum model length, which defaults to the model's context (vLLM: --max-model-len)
+    start_needs_max_len: Flag | None = None
 
     def given(self, fraction: Fraction) -> MemoryPolicy:
         """This policy with the memory setting a launch gave (the engine's own rule then unused)."""

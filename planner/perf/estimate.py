@@ -168,6 +168,7 @@ class MemoryEstimate(Frozen):
     fraction_auto: bool = False        # the engine picked it itself for this device and layout (SGLang)
     fraction_of: str = ""              # what it is a fraction of: "total" memory, or what weights leave ("free")
     kv_pool_tokens: int | None = None  # the launch's cap on each KV pool's tokens; None: memory alone sizes it
+    pool_tokens: int = 0               # tokens one attention replica's KV pool holds (memory's, or the cap)
 
 
 class Estimate(Banded):
@@ -206,6 +207,19 @@ class Estimate(Banded):
     # breakdown re-evaluates them even where they came from local files the names do not resolve to
     _inputs: tuple[ModelSpec, HardwareProfile, DraftSpec | None] | None = PrivateAttr(default=None)
     suggestions: list[str] = []
+    notes: list[str] = []             # what the engine does with this deployment beyond the numbers
+
+
+def _start_note(m: ModelSpec, hw: HardwareProfile, pool: int) -> list[str]:
+    """Where the engine refuses to start because one replica's KV pool cannot hold a request of
+    its default maximum length, the model's context (``MemoryPolicy.start_needs_max_len``: vLLM),
+    say so and what launch setting serves anyway."""
+    rule = hw.memory_policy.start_needs_max_len if hw.memory_policy is not None else None
+    if rule is None or not rule.value or m.max_context is None or m.max_context <= pool:
+        return []
+    return [f"{hw.framework or 'the engine'} starts only if one attention replica's KV pool holds a request of its "
+            f"maximum model length, by default the model's context ({m.max_context:,} tokens); this pool holds "
+            f"{pool:,}: launch with --max-model-len {pool} or less (or give the pool more memory)"]
 
 
 def _phase(st: StepTime, time_s: float) -> PhaseEstimate:
@@ -288,11 +302,13 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
             state_slot_cap=int(f(mem.seq_cap)) if np.isfinite(f(mem.seq_cap)) else None,
             memory_fraction=float(np.ravel(engine_fraction(*on_dies(hw, lay), spec))[0]),
             kv_pool_tokens=int(pool_tokens(hw)) if np.isfinite(pool_tokens(hw)) else None,
+            pool_tokens=int(f(mem.pool_tokens)),
             fraction_auto=picks_own_fraction(hw),
             fraction_of="total" if hw.memory_policy.kind == "total_fraction" else "free"),
         prefill=prefill, decode=_phase(r.decode, tpot),
         usd_per_h=usd, usd_per_million_output_tokens=(usd / 3600 / out_tps * 1e6) if usd and out_tps > 0 else None,
-        infeasible_reason=reason, suggestions=suggestions, regime_bounds=bounds,
+        infeasible_reason=reason, suggestions=suggestions, notes=_start_note(m, hw, int(f(mem.pool_tokens))),
+        regime_bounds=bounds,
         **band_fields(hw.vendor, hw.framework, bounds, ttft, tpot, out_tps),
     )
     e._inputs = (m, hw, spec.draft)

@@ -315,6 +315,7 @@ class MemoryUse:
     seq_cap: np.ndarray | float = np.inf   # sequences (whole instance) those slots admit
     startup: np.ndarray | float = 0.0      # taken before the engine loads (``startup_bytes``)
     kv_pool: np.ndarray | float = np.inf   # most KV bytes the launch's token cap lets the pool hold
+    kv_per_token: np.ndarray | float = 0.0  # bytes one token of an attention replica's pool takes on a device
 
     def of_package(self, dies: int) -> MemoryUse:
         """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
@@ -344,6 +345,15 @@ class MemoryUse:
         free = np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
                           - self.comm_buffers - self.state_pool, self.kv_pool)
         return np.minimum(np.floor(np.maximum(free, 0) / self.kv_per_sequence), self.seq_cap)
+
+    @property
+    def pool_tokens(self) -> np.ndarray:
+        """Tokens one attention replica's KV pool holds: what the cache memory leaves beside the
+        state slots, or the launch's cap where that is smaller (0 where a token takes no KV)."""
+        free = np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
+                          - self.comm_buffers - self.state_pool, self.kv_pool)
+        per = np.asarray(self.kv_per_token, dtype=float)
+        return np.floor(np.maximum(free, 0) / np.where(per > 0, per, np.inf))
 
 
 def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[Op], dtypes: DTypes,
@@ -381,6 +391,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
         seq_cap=per_device_cap * dp,
         startup=startup,
         kv_pool=_capped_bytes(pool_tokens(hw), per_token) + 0 * cap,   # one pool's share on each device
+        kv_per_token=per_token + 0 * cap,
     )
 
 

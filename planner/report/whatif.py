@@ -61,9 +61,9 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
                                + (", the engine's own pick for this device, layout and draft" if mem.fraction_auto
                                   else "")
                                + "; --memory-fraction to change)" if mem.fraction_of else "")),
-        ("max batch that fits", f"{mem.max_batch:,}" + (f" (KV pool capped at {mem.kv_pool_tokens:,} tokens per "
-                                                        "attention replica: --kv-pool-tokens)"
-                                                        if mem.kv_pool_tokens is not None else "")),
+        ("max batch that fits", f"{mem.max_batch:,}; the KV pool holds {mem.pool_tokens:,} tokens per attention "
+                                "replica" + (f" (capped at {mem.kv_pool_tokens:,}: --kv-pool-tokens)"
+                                             if mem.kv_pool_tokens is not None else "")),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
     if e.mtp_tokens:
@@ -85,6 +85,8 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         per_m = e.usd_per_million_output_tokens
         rows.append(("cost", f"${e.usd_per_h:,.2f}/h" + (f", ${per_m:,.2f} per M output tokens" if per_m else
                                                          ", no output tokens")))
+    for note in e.notes:
+        rows.append(("note", note))
     out.print(key_value_table(f"{e.model} on {e.hardware}", rows))
     if explain:
         dies = estimate_inputs(e)[1].dies_per_device
