@@ -238,8 +238,8 @@ def check_longest_fits(input_len: np.ndarray, output_len: np.ndarray, free: floa
     if need > room and longest > cap_tokens:
         raise InfeasibleError(
             f"a request of {longest:,} tokens does not fit in {where}'s KV pool, which the launch caps at "
-            f"{cap_tokens:,.0f} tokens (kv_pool_tokens) per attention replica; raise the cap (memory would hold "
-            f"more), or cap the request length")
+            f"{cap_tokens:,.0f} tokens (kv_pool_tokens) per attention replica; raise the cap where memory holds "
+            f"more, or cap the request length")
     if need > room:
         replica = f" per attention replica ({pools} of them)" if pools > 1 else ""
         raise InfeasibleError(
