@@ -147,7 +147,12 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
-    from planner.perf.memory import engine_fraction, free_kv_bytes_device, kv_bytes_per_token_device
+    from planner.perf.memory import (
+        engine_fraction,
+        free_kv_bytes_device,
+        kv_bytes_per_token_device,
+        pools_per_device,
+    )
     from planner.perf.parallel import Layout, on_dies
 
     b = result.best
@@ -170,9 +175,10 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     stage = max(b.tp, b.ep)
     dp = stage // b.tp
     rank_tp, rank_dp, rank_ep = (int(x) for x in (ranks.tp, ranks.attention_dp, ranks.ep))
-    # tokens one attention replica's pool holds by memory alone (a device's share of the instance's pools)
+    # tokens one attention replica's pool holds by memory alone (a device's share of its pools)
     per_token = float(np.ravel(kv_bytes_per_token_device(m, lay, dtypes.kv, hw))[0])
-    memory_tokens = int(max(kv, 0.0) / per_token * dp / rank_dp) if per_token > 0 else 0
+    pools = float(np.ravel(pools_per_device(hw, lay))[0])
+    memory_tokens = int(max(kv, 0.0) / per_token / pools) if per_token > 0 else 0
     page = hw.memory_policy.page_tokens
     return dict(
         name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),

@@ -244,6 +244,12 @@ def pool_tokens(hw: HardwareProfile) -> float:
     return float(pol.pool_tokens.value) if pol is not None and pol.pool_tokens is not None else np.inf
 
 
+def pools_per_device(hw: HardwareProfile, layout: Layout) -> np.ndarray:
+    """Attention replicas' KV pools one device holds a share of: 1, or a multi-die package's dies
+    where each runs its own attention replica (``on_dies``: attention DP per die)."""
+    return on_dies(hw, layout)[1].attention_dp / np.asarray(layout.attention_dp, dtype=float)
+
+
 def _capped_bytes(tokens, per_token) -> np.ndarray:
     """Bytes ``tokens`` tokens of ``per_token`` bytes take; inf where there is no cap (inf tokens)."""
     tokens = np.asarray(tokens, dtype=float)
@@ -342,18 +348,20 @@ class MemoryUse:
     def max_batch(self) -> np.ndarray:
         """Largest number of sequences (whole instance) whose KV fits beside weights and workspace
         (and the engine's state slots and its launch's KV token cap, which cap it too)."""
-        free = np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
-                          - self.comm_buffers - self.state_pool, self.kv_pool)
-        return np.minimum(np.floor(np.maximum(free, 0) / self.kv_per_sequence), self.seq_cap)
+        return np.minimum(np.floor(self._kv_room / self.kv_per_sequence), self.seq_cap)
 
     @property
     def pool_tokens(self) -> np.ndarray:
         """Tokens one attention replica's KV pool holds: what the cache memory leaves beside the
         state slots, or the launch's cap where that is smaller (0 where a token takes no KV)."""
-        free = np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
-                          - self.comm_buffers - self.state_pool, self.kv_pool)
         per = np.asarray(self.kv_per_token, dtype=float)
-        return np.floor(np.maximum(free, 0) / np.where(per > 0, per, np.inf))
+        return np.floor(self._kv_room / np.where(per > 0, per, np.inf))
+
+    @property
+    def _kv_room(self) -> np.ndarray:
+        """Bytes the KV pool may take on a device: what the rest leaves, held to the launch's cap."""
+        return np.maximum(np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
+                                     - self.comm_buffers - self.state_pool, self.kv_pool), 0)
 
 
 def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[Op], dtypes: DTypes,

@@ -43,6 +43,7 @@ from planner.perf.memory import (
     cache_split,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
+    pools_per_device,
     state_bytes_per_sequence_device,
     state_pool_split,
 )
@@ -112,8 +113,7 @@ def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes:
     # a launch's token cap holds each pool (a device's share: one per attention replica as the
     # engine counts them, per die)
     state = state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)
-    pools = on_dies(hw, lay)[1].attention_dp / np.asarray(lay.attention_dp, dtype=float)
-    kv_free, slot_cap, beside = cache_split(hw, free, state, per_tok, pools)
+    kv_free, slot_cap, beside = cache_split(hw, free, state, per_tok, pools_per_device(hw, lay))
     per_seq = (per_tok * held + beside) / lay.attention_dp
     n_kv = np.minimum(np.maximum(kv_free, 0) / per_seq, slot_cap * lay.attention_dp)
     capped = kv_free < state_pool_split(hw, free, state)[0]
