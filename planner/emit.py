@@ -152,6 +152,8 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         free_kv_bytes_device,
         kv_bytes_per_token_device,
         pools_per_device,
+        state_bytes_per_sequence_device,
+        state_pool_split,
     )
     from planner.perf.parallel import Layout, on_dies
 
@@ -175,10 +177,13 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     stage = max(b.tp, b.ep)
     dp = stage // b.tp
     rank_tp, rank_dp, rank_ep = (int(x) for x in (ranks.tp, ranks.attention_dp, ranks.ep))
-    # tokens one attention replica's pool holds by memory alone (a device's share of its pools)
+    # tokens one attention replica's pool holds by memory alone: what an engine's recurrent-state
+    # slots leave of a device's cache memory (SGLang), over the pools the device holds a share of
     per_token = float(np.ravel(kv_bytes_per_token_device(m, lay, dtypes.kv, hw))[0])
     pools = float(np.ravel(pools_per_device(hw, lay))[0])
-    memory_tokens = int(max(kv, 0.0) / per_token / pools) if per_token > 0 else 0
+    state = state_bytes_per_sequence_device(m, lay, dtypes.kv, hw)
+    kv_pool = float(np.ravel(state_pool_split(hw, max(kv, 0.0), state)[0])[0])
+    memory_tokens = int(kv_pool / per_token / pools) if per_token > 0 else 0
     page = hw.memory_policy.page_tokens
     return dict(
         name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),

@@ -221,3 +221,15 @@ def test_whatif_says_where_vllm_would_not_start_at_its_default_length():
     for fw in ("sglang", "tensorrt-llm"):
         assert planner.estimate("llama-3.1-70b", "a100-80g", framework=fw, **kw).notes == []
     assert planner.estimate("llama-3.1-8b", "h100-sxm", **KW, batch=1).notes == []   # its pool holds 131,072
+
+
+def test_emit_counts_the_pool_whatif_counts_for_a_hybrid_model(tmp_path):
+    """SGLang gives Qwen3-Next's recurrent states a pool of their own: the launch file's 'what memory
+    holds' is what they leave, the same tokens whatif gives (not the whole cache memory's, ~1.9x)."""
+    p = tmp_path / "h.yaml"
+    p.write_text(SCENARIO.replace("llama-3.1-8b", "qwen3-next-80b-a3b").replace("tp: [1]", "tp: [4]").format(
+        engine="engine: {framework: sglang, kv_pool_tokens: 1000000000}\n"))
+    r = runner.invoke(app, ["plan", str(p), "--json", "--emit", "sglang", str(tmp_path)])
+    assert r.exit_code == 0, r.stderr
+    e = planner.estimate("qwen3-next-80b-a3b", "h100-sxm", tp=4, input_len=2000, output_len=500, framework="sglang")
+    assert f"what memory holds ({e.memory.pool_tokens:,})" in (tmp_path / "sglang.sh").read_text()
