@@ -17,9 +17,15 @@ import numpy as np
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.kv_tiers import TierName, platform
 from planner.catalog.model import ModelSpec
-from planner.perf.memory import free_kv_bytes_device, kv_bytes_per_token_device, pool_tokens
+from planner.perf.memory import (
+    cache_split,
+    free_kv_bytes_device,
+    kv_bytes_per_token_device,
+    pools_per_device,
+    state_bytes_per_sequence_device,
+)
 from planner.perf.ops import DTypes
-from planner.perf.parallel import Layout, dp_ranks
+from planner.perf.parallel import Layout
 
 
 @dataclass(frozen=True)
@@ -39,10 +45,13 @@ def _scalar(x) -> float:
 
 def hbm_cache_tokens(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes,
                      running_tokens: float) -> float:
-    """Tokens of the instance's HBM KV pool left after the running sequences' ``running_tokens``."""
+    """Tokens of the instance's HBM KV pool left after the running sequences' ``running_tokens``: the
+    pool as every evaluator sizes it (``memory.cache_split``: what recurrent-state slots leave, held
+    to a launch's cap), over the instance's devices."""
     per_token = _scalar(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))
-    pool = _scalar(free_kv_bytes_device(model, hw, lay, dtypes)) / per_token * _scalar(lay.attention_dp)
-    pool = min(pool, pool_tokens(hw) * dp_ranks(hw, lay))        # a launch's cap holds each replica's pool
+    state = state_bytes_per_sequence_device(model, lay, dtypes.kv, hw)
+    kv = cache_split(hw, free_kv_bytes_device(model, hw, lay, dtypes), state, per_token, pools_per_device(hw, lay))[0]
+    pool = _scalar(kv) / per_token * _scalar(lay.attention_dp)
     return max(pool - running_tokens, 0.0)
 
 
