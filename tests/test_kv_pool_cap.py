@@ -1,8 +1,9 @@
 """``engine.kv_pool_tokens`` / ``--kv-pool-tokens``: a launch's cap on the tokens each KV pool holds
 (SGLang ``--max-total-tokens``, TensorRT-LLM ``kv_cache_config.max_tokens``, vLLM
 ``--num-gpu-blocks-override`` x block size). Each attention replica's pool is the smaller of the cap
-and what memory gives; every evaluator (whatif, the closed loop, the queueing curve, the simulator,
-the disaggregated pools, emit) sizes it so."""
+and what memory gives (vLLM, which allocates its override as given, refuses a cap above that); every
+evaluator (whatif, the closed loop, the queueing curve, the simulator, the disaggregated pools, emit)
+sizes it so."""
 
 from __future__ import annotations
 
@@ -48,13 +49,39 @@ def test_the_cap_holds_a_pool_to_its_tokens_by_hand():
     assert free.fits and free.memory.max_batch > 24 and free.memory.kv_pool_tokens is None
 
 
-def test_a_cap_above_what_memory_holds_changes_nothing():
-    base = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, **KW)
-    high = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, kv_pool_tokens=10**9, **KW)
+def test_a_cap_above_what_memory_holds_changes_nothing_where_the_engine_takes_the_smaller():
+    """TensorRT-LLM (KvCacheConfig.max_tokens) and SGLang (--max-total-tokens) take the smaller of the
+    cap and what memory gives."""
+    kw = dict(KW, framework="tensorrt-llm")
+    base = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, **kw)
+    high = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, kv_pool_tokens=10**9, **kw)
+    assert high.fits
     assert (high.memory.max_batch, high.tpot_s, high.ttft_s) == (base.memory.max_batch, base.tpot_s, base.ttft_s)
-    loose = throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=10**9), **KW)
-    assert loose.output_tokens_per_s == pytest.approx(throughput("llama-3.1-8b", "h100-sxm", **KW)
+    loose = throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=10**9), **kw)
+    assert loose.output_tokens_per_s == pytest.approx(throughput("llama-3.1-8b", "h100-sxm", **kw)
                                                       .output_tokens_per_s, rel=1e-12)
+
+
+def test_vllm_allocates_its_block_override_as_given():
+    """vLLM replaces the block count it profiles with --num-gpu-blocks-override, so a cap above what
+    memory holds does not start (MemoryPolicy.pool_tokens_exact): at the pool memory gives it runs,
+    one token more it is refused with the cap that would serve, by every evaluator."""
+    holds = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, **KW).memory.pool_tokens
+    at = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, kv_pool_tokens=holds, **KW)
+    over = planner.estimate("llama-3.1-8b", "h100-sxm", batch=8, kv_pool_tokens=holds + 1, **KW)
+    assert at.fits and not over.fits
+    assert "allocates the KV pool the launch caps as given" in over.infeasible_reason
+    assert over.suggestions == [f"--kv-pool-tokens {holds}"]
+    assert throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=holds), **KW).output_tokens_per_s > 0
+    with pytest.raises(InfeasibleError, match=f"runs out of memory at start-up; would fit: --kv-pool-tokens {holds}"):
+        throughput("llama-3.1-8b", "h100-sxm", engine=Engine(kv_pool_tokens=holds + 1), **KW)
+    m, lay = model("llama-3.1-8b"), Layout.of(1, 1, 1)
+    hw = as_run("h100-sxm", "vllm", kv_pool_tokens=holds + 1)
+    with pytest.raises(InfeasibleError, match="runs out of memory at start-up"):
+        cache_pools(m, hw, lay, BF16, Engine())
+    n, limit = max_decode_batch(m, hw, lay, BF16, Engine(), length_stats_of(np.array([1000.0]), np.array([1000.0]),
+                                                                              np.array([1.0])))
+    assert float(np.ravel(n)[0]) == 0 and np.ravel(limit)[0] == "kv_pool_tokens"
 
 
 def test_each_attention_replica_has_its_own_pool():
@@ -112,7 +139,7 @@ def test_a_request_longer_than_the_pool_is_an_answer_naming_the_cap():
     hw = as_run("h100-sxm", "vllm", kv_pool_tokens=1_500)
     with pytest.raises(InfeasibleError, match=r"caps at 1,500 tokens \(kv_pool_tokens\).*raise the cap"):
         simulate(m, hw, lay, BF16, Engine(), np.zeros(2), np.full(2, 1000), np.full(2, 1000))
-    with pytest.raises(InfeasibleError, match=r"KV pool capped at 1,500 tokens.*--kv-pool-tokens 2000"):
+    with pytest.raises(InfeasibleError, match=r"caps each KV pool at 1,500 tokens.*--kv-pool-tokens 2000"):
         throughput("llama-3.1-8b", hw, **KW)
 
 
@@ -173,6 +200,16 @@ def test_a_scenario_cap_sizes_the_plan_and_is_said(tmp_path):
     assert bad.exit_code != 0 and "kv_pool_tokens" in bad.output and "Traceback" not in bad.output
     small = _plan(tmp_path, "engine: {kv_pool_tokens: 1000}\n")      # a request holds 2,500 tokens
     assert small.exit_code != 0 and "capped at 1,000 tokens (engine.kv_pool_tokens)" in small.output
+
+
+def test_a_scenario_cap_above_memory_does_not_start_under_vllm(tmp_path):
+    """vLLM allocates its block override as given: a cap above what memory holds on every candidate
+    is refused as a launch that would not start; SGLang holds the same cap to memory and plans."""
+    over = _plan(tmp_path, "engine: {kv_pool_tokens: 5000000}\n")
+    assert over.exit_code != 0 and "Traceback" not in over.output
+    assert "allocates the KV pool the launch caps as given" in over.output and "none would start" in over.output
+    held = _plan(tmp_path, "engine: {kv_pool_tokens: 5000000, framework: sglang}\n")
+    assert held.exit_code == 0, held.output
 
 
 def test_emit_writes_the_cap_where_the_engine_has_a_flag(tmp_path):

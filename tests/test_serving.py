@@ -132,7 +132,8 @@ def test_throughput_without_room_for_one_sequence_names_deployments_that_fit():
     formats that hold it (whatif's suggestions), never advice it already follows (fp8 when fp8)."""
     from planner.errors import InfeasibleError
 
-    with pytest.raises(InfeasibleError, match=r"no memory left.*would fit: --tp 8 --ep 8 --pp 2") as e:
+    with pytest.raises(InfeasibleError,
+                       match=r"does not fit: needs [0-9.]+ GiB per device.*would fit: --tp 8 --ep 8 --pp 2") as e:
         planner.throughput("deepseek-v3", "h100-sxm", tp=8, ep=8, input_len=1000, output_len=100,
                            weight_dtype="fp8", concurrency=64)
     assert "--weight-dtype" not in str(e.value)

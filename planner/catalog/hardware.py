@@ -371,8 +371,13 @@ class MemoryPolicy(Frozen):
     activations_in_reserve: Flag | None = None
     # the most tokens one KV pool (one attention replica's) holds where the launch caps it: the pool
     # is the smaller of this and what memory gives (SGLang --max-total-tokens, TensorRT-LLM
-    # KvCacheConfig.max_tokens, vLLM --num-gpu-blocks-override x block size); None: memory decides
+    # KvCacheConfig.max_tokens; vLLM --num-gpu-blocks-override x block size, but see
+    # pool_tokens_exact); None: memory decides
     pool_tokens: Count | None = None
+    # the engine allocates the cap as given instead of the smaller of it and what memory gives (vLLM
+    # replaces its profiled block count with --num-gpu-blocks-override), so a cap above what memory
+    # holds fails at start-up rather than being held to memory
+    pool_tokens_exact: Flag | None = None
     # the engine refuses to start unless one attention replica's pool holds one request of its
     # maximum model length, which defaults to the model's context (vLLM: --max-model-len)
     start_needs_max_len: Flag | None = None

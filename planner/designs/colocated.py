@@ -15,12 +15,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import as_run
+from planner.catalog.frameworks import DEFAULT_FRAMEWORK, as_run
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.perf.cost import CostModel
+from planner.perf.memory import pool_allocated_tokens
 from planner.perf.ops import DTypes, states_format
 from planner.perf.parallel import Layout, dp_ranks
 from planner.search import BLOCK, blocks, candidates, map_blocks, steady_heap
@@ -174,6 +175,22 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
         light.merge(part_light)
         keep.merge(rows)
     if not keep.rows:
+        if (not light.fits and engine.kv_pool_tokens is not None and stats.mean_full_len <= engine.kv_pool_tokens
+                and _allocates_cap(engine, hardware)):
+            # an engine that allocates the capped pool as given (vLLM) does not start where the cap
+            # exceeds memory: said as such where the candidates fit without it
+            free = engine.model_copy(update={"kv_pool_tokens": None})
+            uncapped = _LightLoad()
+            for _, part_light, _ in map_blocks(functools.partial(task, engine=free),
+                                               _block_jobs(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype,
+                                                           free, block), workers):
+                uncapped.merge(part_light)
+            if uncapped.fits:
+                raise InfeasibleError(
+                    f"{engine.framework or DEFAULT_FRAMEWORK} allocates the KV pool the launch caps as given "
+                    f"(engine.kv_pool_tokens {engine.kv_pool_tokens:,}; vLLM --num-gpu-blocks-override), more tokens "
+                    "than memory holds on every candidate that fits without the cap, so none would start; lower the "
+                    "cap (whatif --kv-pool-tokens on a candidate says the most its memory holds) or drop it")
         raise InfeasibleError(_why_infeasible(model, light, slo, rate, max_instances, count,
                                               _engine_floor(engine, hardware, slo), engine, stats))
     survivors = [(ev, k) if power else (_with_power(ev, model, engine, stats, workload.arrival.scv, slo), k)
@@ -314,6 +331,13 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
         output_tokens_per_s=out_tps, output_tokens_per_joule=out_tps / avg_w,
         binding=_binding(c, ev.ok, slo, i),
     )
+
+
+def _allocates_cap(engine: Engine, hardware: list[str]) -> bool:
+    """The engine allocates its launch's KV-pool cap as given on every candidate device
+    (``MemoryPolicy.pool_tokens_exact``: vLLM)."""
+    return all(pool_allocated_tokens(as_run(h, engine.framework, kv_pool_tokens=engine.kv_pool_tokens)) > 0
+               for h in hardware)
 
 
 def _engine_floor(engine: Engine, hardware: list[str], slo: SLO) -> str | None:

@@ -34,10 +34,12 @@ from planner.designs.splitwise_spec import Baseline, Candidate, Pool, SlowdownRe
 from planner.errors import InfeasibleError, InputError
 from planner.perf.cost import device_rate
 from planner.perf.memory import (
+    exact_pool_problem,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     kv_cache_bytes_per_token,
     pool_tokens,
+    room_tokens,
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
@@ -201,8 +203,13 @@ def _prompt_fits(model: ModelSpec, hw: HardwareProfile, pool: Pool, dtypes: DTyp
     until the cache is shipped; raise ``InfeasibleError`` otherwise."""
     lay = pool.layout
     free = float(np.ravel(free_kv_bytes_device(model, hw, lay, dtypes))[0])
-    need = (float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0]) * tokens / pool.cp
-            + float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0]))
+    per_token = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0])
+    state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0])
+    need = per_token * tokens / pool.cp + state
+    problem = exact_pool_problem(hw, free, per_token)
+    if problem:
+        raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}): {problem}; cap it at "
+                              f"--kv-pool-tokens {room_tokens(free, per_token)} or fewer")
     cap = pool_tokens(hw)
     if free >= need and tokens / pool.cp > cap:
         raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}) holds at most {cap:,.0f} tokens in "

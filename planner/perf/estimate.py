@@ -36,7 +36,15 @@ from planner.errors import InputError
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import batch_phase_times, table_for
-from planner.perf.memory import MemoryUse, engine_fraction, memory_use, picks_own_fraction, pool_tokens
+from planner.perf.memory import (
+    MemoryUse,
+    engine_fraction,
+    exact_pool_problem,
+    memory_use,
+    picks_own_fraction,
+    pool_tokens,
+    room_tokens,
+)
 from planner.perf.ops import DTypes, Step, engine_state_dtype, layer_ops, mtp_draft_ops, scalar_zero, states_format
 from planner.perf.parallel import Layout, check_layout, die_layout_problems, dp_ranks, on_dies
 from planner.perf.regime import dominant_bound
@@ -351,6 +359,9 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
               + (f"runtime at start-up {f(mem.startup):.1f} GiB, " if f(mem.startup) else "")
               + f"{hw.framework or 'engine'} reserve {f(mem.reserved):.1f} GiB) "
               f"but {hw.name} has {cap:.1f} GiB")
+    exact = exact_pool_problem(hw, _first(mem.kv_free), _first(mem.kv_per_token))
+    if need <= cap and exact:
+        return exact, [f"--kv-pool-tokens {room_tokens(_first(mem.kv_free), _first(mem.kv_per_token))}"]
     limit = pool_tokens(hw)
     over_cap = _first(mem.kv_cache) > _first(mem.kv_pool) * (1 + 1e-12)
     if need <= cap and over_cap:

@@ -244,6 +244,34 @@ def pool_tokens(hw: HardwareProfile) -> float:
     return float(pol.pool_tokens.value) if pol is not None and pol.pool_tokens is not None else np.inf
 
 
+def pool_allocated_tokens(hw: HardwareProfile) -> float:
+    """Tokens of KV pool the engine allocates at start-up whatever memory holds: the launch's cap
+    where the engine takes it as given (``MemoryPolicy.pool_tokens_exact``: vLLM's
+    ``--num-gpu-blocks-override``), else 0 (the pool is then the smaller of the cap and memory)."""
+    pol = hw.memory_policy
+    exact = pol is not None and pol.pool_tokens_exact is not None and pol.pool_tokens_exact.value
+    return pool_tokens(hw) if exact and pol.pool_tokens is not None else 0.0
+
+
+def room_tokens(room_bytes: float, per_token: float) -> int:
+    """Whole tokens of ``per_token`` bytes that ``room_bytes`` of a device hold (0 if none)."""
+    return int(max(room_bytes, 0.0) // per_token) if per_token > 0 else 0
+
+
+def exact_pool_problem(hw: HardwareProfile, room_bytes: float, per_token: float) -> str | None:
+    """Why an engine that allocates the launch's KV-pool cap as given (``pool_allocated_tokens``)
+    cannot start where one pool's share of a device has ``room_bytes`` for KV of ``per_token``
+    bytes a token (the cap that would serve: ``room_tokens``), or None where it can."""
+    tokens, room = pool_allocated_tokens(hw), max(room_bytes, 0.0)
+    if tokens * per_token <= room * (1 + 1e-12):
+        return None
+    return (f"{hw.framework or 'the engine'} allocates the KV pool the launch caps as given "
+            f"(--num-gpu-blocks-override replaces the count it profiles): {tokens:,.0f} tokens need "
+            f"{tokens * per_token / 2**30:.2f} GiB per device where the memory left after weights and the engine's "
+            f"reserve holds {room_tokens(room, per_token):,} tokens ({room / 2**30:.2f} GiB), so it runs out of "
+            "memory at start-up")
+
+
 def pools_per_device(hw: HardwareProfile, layout: Layout) -> np.ndarray:
     """Attention replicas' KV pools one device holds a share of: 1, or a multi-die package's dies
     where each runs its own attention replica (``on_dies``: attention DP per die)."""
@@ -264,9 +292,14 @@ def cache_split(hw: HardwareProfile, free_bytes, state_bytes, per_token,
     sequence its part-filled last page (``page_waste_bytes``) plus its recurrent state where that
     stays in the KV pool (no state pool of its own). ``free_bytes`` spans ``pools`` KV pools
     (attention replicas) of ``per_token`` bytes a token: a launch's token cap (``pool_tokens``)
-    holds each to that many tokens. The one place every evaluator sizes pools from."""
+    holds each to that many tokens; an engine that allocates the cap as given
+    (``pool_allocated_tokens``) fails to start where it exceeds that memory, and its pool is then
+    0. The one place every evaluator sizes pools from."""
     kv, cap = state_pool_split(hw, free_bytes, state_bytes)
-    kv = np.minimum(kv, _capped_bytes(pool_tokens(hw) * np.asarray(pools, dtype=float), per_token))
+    pools = np.asarray(pools, dtype=float)
+    kv = np.minimum(kv, _capped_bytes(pool_tokens(hw) * pools, per_token))
+    allocated = pool_allocated_tokens(hw) * pools * np.asarray(per_token, dtype=float)
+    kv = np.where(allocated > np.maximum(kv, 0) * (1 + 1e-12), 0.0, kv)
     beside = page_waste_bytes(hw, per_token) + np.where(np.isfinite(cap), 0.0, np.asarray(state_bytes, dtype=float))
     return kv, cap, beside
 
@@ -322,6 +355,8 @@ class MemoryUse:
     startup: np.ndarray | float = 0.0      # taken before the engine loads (``startup_bytes``)
     kv_pool: np.ndarray | float = np.inf   # most KV bytes the launch's token cap lets the pool hold
     kv_per_token: np.ndarray | float = 0.0  # bytes one token of an attention replica's pool takes on a device
+    kv_pool_allocated: np.ndarray | float = 0.0  # bytes of pool the launch makes the engine allocate whatever
+    #                                              memory holds (``pool_allocated_tokens``: vLLM's block override)
 
     def of_package(self, dies: int) -> MemoryUse:
         """A package's memory from one of its ``dies`` ranks' (identical dies hold equal shares;
@@ -339,7 +374,8 @@ class MemoryUse:
     def fits(self) -> np.ndarray:
         """The batch's memory fits, and (where the engine pools states apart) its sequences have
         state slots: ``kv_cache / kv_per_sequence`` is the batch."""
-        ok = (self.used <= self.capacity) & (self.kv_cache <= self.kv_pool * (1 + 1e-12))
+        ok = ((self.used <= self.capacity) & (self.kv_cache <= self.kv_pool * (1 + 1e-12))
+              & (self.kv_pool_allocated <= np.maximum(self.kv_free, 0) * (1 + 1e-12)))
         if np.all(np.isinf(self.seq_cap)):
             return ok
         return ok & (self.kv_cache <= self.seq_cap * self.kv_per_sequence * (1 + 1e-12))
@@ -358,10 +394,15 @@ class MemoryUse:
         return np.floor(self._kv_room / np.where(per > 0, per, np.inf))
 
     @property
+    def kv_free(self) -> np.ndarray:
+        """Bytes the KV pool could take on a device: what everything else leaves."""
+        return (self.capacity - self.startup - self.reserved - self.weights - self.workspace - self.comm_buffers
+                - self.state_pool)
+
+    @property
     def _kv_room(self) -> np.ndarray:
         """Bytes the KV pool may take on a device: what the rest leaves, held to the launch's cap."""
-        return np.maximum(np.minimum(self.capacity - self.startup - self.reserved - self.weights - self.workspace
-                                     - self.comm_buffers - self.state_pool, self.kv_pool), 0)
+        return np.maximum(np.minimum(self.kv_free, self.kv_pool), 0)
 
 
 def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[Op], dtypes: DTypes,
@@ -400,6 +441,7 @@ def memory_use(model: ModelSpec, hw: HardwareProfile, layout: Layout, ops: list[
         startup=startup,
         kv_pool=_capped_bytes(pool_tokens(hw), per_token) + 0 * cap,   # one pool's share on each device
         kv_per_token=per_token + 0 * cap,
+        kv_pool_allocated=pool_allocated_tokens(hw) * per_token + 0 * cap,
     )
 
 

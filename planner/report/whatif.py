@@ -26,6 +26,16 @@ def _range(p10: float | None, p90: float | None) -> str:
     return f" ({p10:,.0f}-{p90:,.0f})" if p10 is not None and p90 is not None else ""
 
 
+def _cap_text(cap: int | None, pool: int) -> str:
+    """What the launch's KV-pool token cap does to the pool: binds it, or asks more than memory gives
+    (an engine that takes the smaller then ignores it; one that allocates it as given fails)."""
+    if cap is None:
+        return ""
+    if cap <= pool:
+        return f" (capped at {cap:,}: --kv-pool-tokens)"
+    return f" (--kv-pool-tokens {cap:,} asks more than memory gives)"
+
+
 def print_estimate(e: Estimate, explain: bool = False) -> None:
     cp = f" cp={e.cp} (prefill over {e.cp} instances)" if e.cp > 1 else ""
     layout = f"tp={e.tp} pp={e.pp} ep={e.ep}{cp} ({e.accelerators} x {e.hardware})"
@@ -62,8 +72,7 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
                                   else "")
                                + "; --memory-fraction to change)" if mem.fraction_of else "")),
         ("max batch that fits", f"{mem.max_batch:,}; the KV pool holds {mem.pool_tokens:,} tokens per attention "
-                                "replica" + (f" (capped at {mem.kv_pool_tokens:,}: --kv-pool-tokens)"
-                                             if mem.kv_pool_tokens is not None else "")),
+                                "replica" + _cap_text(mem.kv_pool_tokens, mem.pool_tokens)),
         ("fits", "yes" if e.fits else "[bold red]no[/]"),
     ]
     if e.mtp_tokens:

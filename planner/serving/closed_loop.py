@@ -79,13 +79,25 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
 
 
-def _would_fit(m: ModelSpec, hw: HardwareProfile, **deployment) -> str:
-    """The nearby layouts and formats that would hold one sequence (``estimate``'s suggestions at
-    batch 1; ``deployment``: its tp, pp, ep, lengths and formats)."""
+def no_room_for_one(m: ModelSpec, hw: HardwareProfile, *, tp: int, pp: int, ep: int, input_len: int,
+                    output_len: int, **formats) -> str:
+    """Why the instance holds no sequence of ``input_len + output_len`` tokens and which nearby
+    layouts and formats would (``estimate``'s reason and suggestions at batch 1; ``formats``: its
+    weight and KV formats)."""
     from planner.perf.estimate import estimate
 
-    tips = [t for t in estimate(m, hw, batch=1, **deployment).suggestions if "--batch" not in t]
-    return "would fit: " + "; ".join(tips) if tips else "try more devices (--tp, --ep, --pp)"
+    e = estimate(m, hw, batch=1, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len, **formats)
+    total = input_len + output_len
+    if e.infeasible_reason:
+        why = f"one {total}-token sequence does not fit: {e.infeasible_reason}"
+    elif total > pool_tokens(hw):
+        why = (f"its KV pool, capped at {pool_tokens(hw):,.0f} tokens (kv_pool_tokens), is too small for one "
+               f"{total}-token sequence")
+    else:
+        why = f"it has no memory left for the KV cache of one {total}-token sequence"
+    tips = [t for t in e.suggestions if "--batch" not in t]
+    fix = "would fit: " + "; ".join(tips) if tips else "try more devices (--tp, --ep, --pp)"
+    return f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name}: {why}; {fix}"
 
 
 def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int = 1, pp: int = 1, ep: int = 1,
@@ -101,12 +113,8 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
                                    engine, framework)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     if not np.isfinite(c.n[0, 0]):
-        room = (f"has a KV pool capped at {pool_tokens(hw):,.0f} tokens (kv_pool_tokens), too small for"
-                if input_len + output_len > pool_tokens(hw) else "has no memory left for the KV cache of")
-        raise InfeasibleError(f"{m.name} with tp={tp} pp={pp} ep={ep} on {hw.name} {room} one "
-                              f"{input_len + output_len}-token sequence; "
-                              + _would_fit(m, hw, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
-                                           weight_dtype=weight_dtype, kv_dtype=kv_dtype))
+        raise InfeasibleError(no_room_for_one(m, hw, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+                                              weight_dtype=weight_dtype, kv_dtype=kv_dtype))
     stable = c.rho[0] < 1
     if not stable.any():
         raise InfeasibleError("prefill cannot keep up even with one sequence decoding")

@@ -13,7 +13,7 @@ import numpy as np
 from planner.catalog.dtypes import DType
 from planner.errors import InfeasibleError, InputError, count
 from planner.serving.batching import Engine
-from planner.serving.closed_loop import InstanceRequests, instance_curve
+from planner.serving.closed_loop import InstanceRequests, instance_curve, no_room_for_one
 from planner.serving.queueing import Curve, at_rates, slo_ok
 from planner.serving.slo import SLO
 from planner.serving.workload import Workload
@@ -53,6 +53,9 @@ class LoadPoint(InstanceRequests):
 def _curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype, engine, lengths=None):
     m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
                                    engine, lengths=lengths)
+    if not np.isfinite(c.n[0, 0]):
+        raise InfeasibleError(no_room_for_one(m, hw, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
+                                              weight_dtype=weight_dtype, kv_dtype=kv_dtype))
     stable = np.isfinite(c.rate[0]) & (c.rho[0] < 1)
     if not stable.any():
         raise InfeasibleError(f"{m.name} tp={tp} pp={pp} ep={ep} on {hw.name} cannot serve one {input_len}+"

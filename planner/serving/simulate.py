@@ -33,9 +33,11 @@ from planner.errors import InfeasibleError
 from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
     cache_split,
+    exact_pool_problem,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     pool_tokens,
+    room_tokens,
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
@@ -209,6 +211,9 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     dp = dp_ranks(hw, lay)
     engine = engine.for_device(hw, dp)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
+    problem = exact_pool_problem(hw, free / dp, per_tok)
+    if problem:
+        raise InfeasibleError(f"{problem}; cap it at --kv-pool-tokens {room_tokens(free / dp, per_tok)} or fewer")
     kv, cap, beside = (float(x) for x in cache_split(hw, free, state, per_tok, dp))
     if not np.isfinite(cap):
         return kv, per_tok, beside, engine
