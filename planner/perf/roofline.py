@@ -7,8 +7,9 @@ fraction ``gemm_eff`` only when its work dwarfs the fixed launch/ramp/tail time,
 (decode, TP-sharded projections) run far below peak. Both factors are fitted on a public GEMM
 shape sweep (profile sources, ``tests/test_calibration.py``). An operator the engine launches as
 several kernels pays the fixed time once per kernel, one it fuses into a neighbour's kernel none
-(``Efficiency.op_kernels``: an MoE layer's router and expert MLP on SGLang's Ascend backend, the
-MLA prolog and the MoE permute on CloudMatrix-Infer). Collectives take their alpha-beta
+(``Efficiency.op_kernels``: on SGLang's Ascend backend an MoE layer's router and expert MLP and a
+dense layer's norms, QKV projection with its RoPE kernel and gate/up projection with its activation;
+the MLA prolog and the MoE permute on CloudMatrix-Infer). Collectives take their alpha-beta
 time on the link they use (``comm.py``). Compute and communication are not overlapped
 (conservative: engines overlap part of it), and a fixed per-step engine overhead is added
 (profile ``efficiency.step_overhead``).
