@@ -62,6 +62,22 @@ def test_all_reduce_over_dies_moves_each_die_the_full_payload():
     assert t_die == pytest.approx(2 * 7 / 8 * payload / (bw / 2) + 20e-6)
 
 
+def test_a_small_all_reduce_over_an_a3_node_takes_what_its_profiler_measures():
+    """HCCL's 160 KB decode all-reduce over an A3 node's 16 dies: 19.8-24.1 us in serving (the
+    Ascend profiler's stable medians at 1-32 clients, hardware_profiles/_sources.yaml
+    hccl_a3_allreduce). The profile gives 20 us + 2 x 15/16 x 160 KB over 196 GB/s x 0.70 = 22.2 us;
+    SGLang-on-Ascend no longer replaces it by 2 x 15 ring hops of 2.5 us (75 us)."""
+    from planner.catalog.frameworks import with_framework
+    from planner.perf.comm import collective_time
+
+    die = hardware("ascend-910c").per_die()
+    t = float(collective_time(die, "all_reduce", 160e3, 16))
+    assert t == pytest.approx(20e-6 + 2 * 15 / 16 * 160e3 / (196e9 * 0.70))
+    assert 19.8e-6 <= t <= 24.1e-6
+    sgl = with_framework(hardware("ascend-910c"), "sglang-ascend").per_die()
+    assert float(collective_time(sgl, "all_reduce", 160e3, 16)) == pytest.approx(t)
+
+
 def test_gqa_heads_are_replicated_once_dies_outnumber_them():
     """Qwen3-32B has 8 KV heads: at tp 8 over packages = 16 dies, each die holds one head (two
     dies per head), so a package holds 2 x 64 layers x 2 (K, V) x 128 x 2 bytes per token."""
