@@ -78,6 +78,23 @@ def test_a_small_all_reduce_over_an_a3_node_takes_what_its_profiler_measures():
     assert float(collective_time(sgl, "all_reduce", 160e3, 16)) == pytest.approx(t)
 
 
+def test_explain_names_the_all_reduce_latency_and_its_source():
+    """whatif --explain shows a small all-reduce's fixed time and where it comes from: the profile's
+    measured HCCL figure on Ascend, the ring's hop where an engine all-reduces in rings (vllm-2023)."""
+    from planner.catalog.frameworks import with_framework
+    from planner.perf.ops import layer_ops
+    from planner.perf.roofline import explain_op, op_time
+
+    m = model("qwen3-32b")
+    for hw_name, fw, lay, text, source in (
+            ("ascend-910c", "sglang-ascend", Layout.of(8, 1, 1), "+ 20 us", "latency: hccl_a3_allreduce"),
+            ("a100-80g", "vllm-2023", Layout.of(8, 1, 1), "ring: 2 (n-1) hops x 5.0 us", "hop: calibrated")):
+        hw, ranks = on_dies(with_framework(hardware(hw_name), fw), lay)
+        op = next(o for o in layer_ops(m, ranks, Step.of(1, 1, 2048), DTypes()) if o.name == "attn_all_reduce")
+        _, applied, src = explain_op(hw, op_time(hw, op, DTypes()), DTypes())
+        assert text in applied and source in src
+
+
 def test_gqa_heads_are_replicated_once_dies_outnumber_them():
     """Qwen3-32B has 8 KV heads: at tp 8 over packages = 16 dies, each die holds one head (two
     dies per head), so a package holds 2 x 64 layers x 2 (K, V) x 128 x 2 bytes per token."""

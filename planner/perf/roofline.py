@@ -413,10 +413,18 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
                 busbw = float(np.ravel(measured_busbw(sweep.path, size))[0])
                 return ideal, f"measured all-reduce curve: {busbw / 1e9:.0f} GB/s busbw at {size / 1e6:.1f} MB", \
                     sweep.source
+            if form == "ring":
+                hop = hw.scale_up.ring_hop_latency
+                return ideal, f"ring: 2 (n-1) hops x {hop.value * 1e6:.1f} us + {link} link x {fig.value:.2f}", \
+                    f"{fig.source}; hop: {hop.source}"
             if form == "one-shot":
                 return ideal, f"one-shot kernel: (n-1) x {size / 1e6:.2f} MB over the {link} link x " \
                               f"{fig.value:.2f} + latency", fig.source
-        return ideal, f"{link} link x {fig.value:.2f} + latency" + extra, fig.source
+        lat = (hw.scale_up if link == "scale-up" else hw.scale_out).latency
+        if op.kind is not OpKind.all_reduce:
+            return ideal, f"{link} link x {fig.value:.2f} + latency" + extra, fig.source
+        return ideal, f"{link} link x {fig.value:.2f} + {lat.value * 1e6:.0f} us" + extra, \
+            f"{fig.source}; latency: {lat.source}"
     if op.kind is OpKind.attention and np.any(np.asarray(op.keys) > 0):
         att, keys = eff.attention, float(np.ravel(np.maximum(op.keys, 1))[0])
         if bound == "compute":
