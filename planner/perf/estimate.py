@@ -366,8 +366,9 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
     over_cap = _first(mem.kv_cache) > _first(mem.kv_pool) * (1 + 1e-12)
     if need <= cap and over_cap:
         per_replica = -(-batch // dp_ranks(hw, lay)) * (input_len + output_len)
-        reason = (f"the launch caps each KV pool at {limit:,.0f} tokens (--kv-pool-tokens) but the batch puts "
-                  f"{per_replica:,} tokens in an attention replica's; memory would hold them")
+        reason = (f"the launch caps each KV pool at {limit:,.0f} tokens (--kv-pool-tokens) but "
+                  + ("one sequence puts " if batch == 1 else f"the batch of {batch:,} puts ")
+                  + f"{per_replica:,} tokens in an attention replica's; memory would hold them")
         return reason, [f"--kv-pool-tokens {per_replica}"]
     if need <= cap and np.isfinite(_first(mem.seq_cap)):
         reason = (f"the {hw.framework or 'engine'} recurrent-state pool holds {int(_first(mem.seq_cap))} requests' "
