@@ -36,10 +36,16 @@ slo:
 """
 
 
-def _plan(tmp_path, engine: str, *extra: str):
+def plan_scenario(tmp_path, template: str, engine: str, *extra: str):
+    """``planner plan --json`` of ``template`` with its ``{engine}`` line filled in (an ``engine:``
+    block and its newline, or empty)."""
     p = tmp_path / "s.yaml"
-    p.write_text(SCENARIO.format(engine=engine))
+    p.write_text(template.format(engine=engine))
     return runner.invoke(app, ["plan", str(p), "--json", *extra])
+
+
+def _plan(tmp_path, engine: str, *extra: str):
+    return plan_scenario(tmp_path, SCENARIO, engine, *extra)
 
 
 def test_the_setting_moves_the_kv_pool_by_its_share_of_total_memory():

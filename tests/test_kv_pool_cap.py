@@ -180,9 +180,9 @@ slo:
 
 
 def _plan(tmp_path, engine: str, *extra: str):
-    p = tmp_path / "s.yaml"
-    p.write_text(SCENARIO.format(engine=engine))
-    return runner.invoke(app, ["plan", str(p), "--json", *extra])
+    from tests.test_engine_memory_fraction import plan_scenario
+
+    return plan_scenario(tmp_path, SCENARIO, engine, *extra)
 
 
 def test_a_scenario_cap_sizes_the_plan_and_is_said(tmp_path):
