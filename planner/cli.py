@@ -67,7 +67,8 @@ MEMORY_FRACTION_HELP = ("The engine's memory setting as on its command line: vLL
 KV_POOL_TOKENS_HELP = ("Cap on the tokens the engine's KV pool holds per attention replica, as on its command "
                        "line: SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens, vLLM "
                        "--num-gpu-blocks-override x --block-size; the pool is the smaller of this and what "
-                       "memory holds; default memory alone.")
+                       "memory holds, except that vLLM allocates it as given (above memory: refused); default "
+                       "memory alone.")
 STATE_DTYPE_HELP = ("Format of linear-attention recurrent states (Gated DeltaNet: SGLang --mamba-ssm-dtype, "
                     "vLLM --mamba-ssm-cache-dtype); default the framework's (SGLang fp32, vLLM the model's bf16).")
 

@@ -400,8 +400,9 @@ def with_kv_pool_tokens(hw: HardwareProfile, tokens: int | None) -> HardwareProf
     (``MemoryPolicy.pool_tokens``): SGLang ``--max-total-tokens`` (each DP rank's model runner takes
     min(profiled, given): model_runner init_memory_pool), TensorRT-LLM ``KvCacheConfig.max_tokens``
     ("memory corresponding to the minimum" of it and the free fraction), vLLM
-    ``--num-gpu-blocks-override`` x block size (an override: above what memory holds the engine
-    fails to allocate, the planner keeps memory's pool); None: memory alone sizes the pool."""
+    ``--num-gpu-blocks-override`` x block size (an override: the engine allocates it as given, so
+    above what memory holds it fails to start and every evaluator refuses it,
+    ``MemoryPolicy.pool_tokens_exact``); None: memory alone sizes the pool."""
     if tokens is None:
         return hw
     if isinstance(tokens, bool) or not isinstance(tokens, Integral) or tokens < 1:

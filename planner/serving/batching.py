@@ -131,8 +131,9 @@ class Engine(Frozen):
     kv_pool_tokens: int | None = Field(
         None, ge=1, description="the most tokens the engine's KV pool holds, per attention replica, where its "
         "launch caps it: SGLang --max-total-tokens, TensorRT-LLM kv_cache_config.max_tokens, vLLM "
-        "--num-gpu-blocks-override x --block-size; the pool is the smaller of this and what memory gives "
-        "(frameworks.with_kv_pool_tokens); applies to every machine the scenario runs; default: memory alone")
+        "--num-gpu-blocks-override x --block-size; the pool is the smaller of this and what memory gives, "
+        "except that vLLM allocates it as given, so above memory it is refused (frameworks.with_kv_pool_tokens); "
+        "applies to every machine the scenario runs; default: memory alone")
     state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         None, description="format the engine keeps linear-attention (Gated DeltaNet) recurrent states in, as set "
         "on its command line (vLLM --mamba-ssm-cache-dtype, SGLang --mamba-ssm-dtype); beats the checkpoint's "
