@@ -42,7 +42,7 @@ def run_throughput(model: str, hardware, *, concurrency: int | None, rate: float
             print_json(r.model_dump(mode="json"))
             return
         lat = lambda d: " / ".join(si(d[p], "s") for p in ("p50", "p90", "p99"))  # noqa: E731
-        title = (f"{r.model} on {r.tp * r.pp}x {r.hardware} (tp={r.tp} pp={r.pp} ep={r.ep}), "
+        title = (f"{r.model} on {r.accelerators}x {r.hardware} (tp={r.tp} pp={r.pp} ep={r.ep}), "
                  f"{r.input_len} in / {r.output_len} out, Poisson arrivals")
         out.print(key_value_table(title, [
             ("load", f"{r.requests_per_s:.4g} req/s ({r.output_tokens_per_s:,.0f} output tokens/s)"

@@ -481,6 +481,50 @@ def test_shared_expert_on_its_own_ranks_is_one_more_dispatch_slot():
            [o.name for o in layer_ops(m, tp, step, BF16)]
 
 
+def test_a_mixed_step_keeps_each_groups_shared_expert_placement():
+    # continuous batching merges a decode step whose shared experts sit on EP ranks of their own
+    # (no shared_expert_* operators, one more dispatch slot) with a prompt chunk that keeps them
+    # local: the prompt's shared-expert GEMMs come through alone and the dispatches add (4 decode
+    # tokens per rank x 9 slots + a whole 1,024-token prompt on the busiest rank x 8, x 7168 x 2
+    # bytes: 4 prompts over 8 attention replicas, one each). The two lists
+    # used to be zipped strictly, so any closed-loop run of CloudMatrix-Infer raised ValueError.
+    from planner.perf.ops import merge_ops
+
+    m = planner.model("deepseek-v3")
+    lay = Layout.of(1, 8, 1)
+    dec = layer_ops(m, lay, Step.of(32, 1, 4096), BF16, shared_ranks=True)
+    pre = layer_ops(m, lay, Step.of(4, 1024, 0, prompt=True), BF16, shared_ranks=True)
+    alone = {o.name: o for o in pre if o.name.startswith("shared_expert")}
+    mixed = merge_ops(dec, pre)
+    names = [o.name for o in mixed]
+    assert names.count("shared_expert_up") == 1 and names.count("ep_dispatch") == 1
+    merged = {o.name: o for o in mixed}
+    assert float(merged["shared_expert_up"].flops) == float(alone["shared_expert_up"].flops)
+    assert float(merged["ep_dispatch"].comm_bytes) == pytest.approx((4 * 9 + 1024 * 8) * 7168 * 2)
+    # lists that match pair up one to one, as before: each operator once, attention twice (its
+    # decode kernel and, renamed, the prompt's)
+    same = layer_ops(m, lay, Step.of(32, 1, 4096), BF16)
+    expected = []
+    for o in same:
+        expected += [o.name, f"{o.name}_prefill"] if o.kind is OpKind.attention and np.any(o.keys) else [o.name]
+    assert [o.name for o in merge_ops(same, layer_ops(m, lay, Step.of(4, 1024, 0, prompt=True), BF16))] == expected
+
+
+def test_cloudmatrix_infer_serves_a_closed_loop(tmp_path):
+    # the command that raised: a closed loop (and an open-loop SLO search) of CloudMatrix-Infer
+    # on 128 CloudMatrix384 NPUs; the headers count the instance's 128 devices (ep 128, tp 1)
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    args = ["throughput", "-m", "deepseek-r1", "-H", "cloudmatrix384", "--ep", "128", "-i", "4096", "-o", "256",
+            "--weight-dtype", "int8", "--framework", "cloudmatrix-infer"]
+    for extra in (["-c", "64"], ["--tpot-p90", "0.05"]):
+        r = CliRunner().invoke(app, args + extra, env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        assert "on 128x cloudmatrix384" in r.output
+
+
 def test_shared_expert_ranks_are_cloudmatrix_infers():
     # the framework fact reaches the decode step: one memory-bound expert fewer per die shortens
     # CloudMatrix384's small-batch decode step, and leaves its prefill alone

@@ -634,7 +634,8 @@ def _embedding_and_head(c: _Ctx, logits=None) -> list[Op]:
 def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
     """Operators of one iteration that runs two groups of tokens together (continuous batching:
     decode tokens plus a prefill chunk). Both lists come from the same model and layout, so they
-    pair up one to one: work and traffic add, weights are read once (the larger touched set).
+    pair up one to one by name (``_paired``; an operator only one group runs is kept as it is):
+    work and traffic add, weights are read once (the larger touched set).
     Attention is the exception: decode and prefill attention run as their own kernels (paged
     decode vs FlashAttention prefill; a linear-attention core's recurrent update vs its chunked
     form), each at its own efficiency, so both are kept. (The expert
@@ -661,7 +662,10 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
         return larger_of[pair]
 
     larger_of: dict[tuple[int, int], np.ndarray] = {}
-    for x, y in zip(a, b, strict=True):
+    for x, y in _paired(a, b):
+        if x is None or y is None:      # an operator only one group of tokens runs
+            out.append(x if y is None else y)
+            continue
         if x.linear or (x.kind is OpKind.attention and x.keys is not None and np.any(np.asarray(x.keys) > 0)):
             out += [x, replace(y, name=f"{y.name}_prefill")]
             continue
@@ -675,6 +679,29 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
                       remote_bytes=add(x.remote_bytes, y.remote_bytes), draws=max(x.draws, y.draws),
                       imbalance=combined[pair], grouped=x.grouped, linear=x.linear, weight_dtype=x.weight_dtype,
                       bulk=y.bulk if scalar_zero(x.bulk) else np.maximum(x.bulk, y.bulk)))
+    return out
+
+
+def _paired(a: list[Op], b: list[Op]) -> list[tuple[Op | None, Op | None]]:
+    """The operators of ``a`` and ``b`` in order, paired by name: one to one where the lists
+    match (the usual case, zipped as they are), else an operator that only one list has (a decode
+    step that runs the shared experts on EP ranks of their own has no ``shared_expert_*`` while its
+    prompt tokens keep them local: ``layer_ops``' ``shared_ranks``) comes alone, where it stands."""
+    if len(a) == len(b) and all(x.name == y.name for x, y in zip(a, b, strict=True)):
+        return list(zip(a, b, strict=True))
+    out: list[tuple[Op | None, Op | None]] = []
+    i = j = 0
+    while i < len(a) or j < len(b):
+        x, y = (a[i] if i < len(a) else None), (b[j] if j < len(b) else None)
+        if x is not None and y is not None and x.name == y.name:
+            out.append((x, y))
+            i, j = i + 1, j + 1
+        elif y is not None and (x is None or all(op.name != y.name for op in a[i:])):
+            out.append((None, y))
+            j += 1
+        else:
+            out.append((x, None))
+            i += 1
     return out
 
 
