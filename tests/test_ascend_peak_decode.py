@@ -15,6 +15,7 @@ left out, and the README says why: Qwen3-30B-A3B at 156 clients (+20%), Qwen3-23
 from __future__ import annotations
 
 import csv
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -42,14 +43,20 @@ RUNS = {
 }
 
 
+@cache
 def _printouts() -> dict[str, dict[str, str]]:
     with PRINTOUTS.open() as f:
         return {r["section_name"]: r for r in csv.DictReader(line for line in f if not line.startswith("#"))}
 
 
+@cache
+def _points():
+    return V.load_points().points
+
+
 def _full_batch_rate(point_id: str, accept_length: float) -> float:
     """Output tokens/s of the run's clients decoding together (as many as the engine admits)."""
-    p = next(q for q in V.load_points().points if q.id == f"{point_id}-throughput")
+    p = next(q for q in _points() if q.id == f"{point_id}-throughput")
     clients = min(p.concurrency, p.max_num_seqs or p.concurrency)
     m, hw, engine = V._replay_inputs(V._as_run(None, p).model_dump_json(), p)
     lay, dtypes = Layout.of(p.tp, p.ep, p.pp), resolve_dtypes(m, p.weight_dtype, p.kv_dtype)

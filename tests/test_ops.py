@@ -507,10 +507,10 @@ def test_a_mixed_step_keeps_each_groups_shared_expert_placement():
     expected = []
     for o in same:
         expected += [o.name, f"{o.name}_prefill"] if o.kind is OpKind.attention and np.any(o.keys) else [o.name]
-    assert [o.name for o in merge_ops(same, layer_ops(m, lay, Step.of(4, 1024, 0, prompt=True), BF16))] == expected
+    assert [o.name for o in merge_ops(same, pre)] == expected    # a prompt step keeps them local either way
 
 
-def test_cloudmatrix_infer_serves_a_closed_loop(tmp_path):
+def test_cloudmatrix_infer_serves_a_closed_loop():
     # the command that raised: a closed loop (and an open-loop SLO search) of CloudMatrix-Infer
     # on 128 CloudMatrix384 NPUs; the headers count the instance's 128 devices (ep 128, tp 1)
     from typer.testing import CliRunner

@@ -684,11 +684,9 @@ def merge_ops(a: list[Op], b: list[Op], consume_b: bool = False) -> list[Op]:
 
 def _paired(a: list[Op], b: list[Op]) -> list[tuple[Op | None, Op | None]]:
     """The operators of ``a`` and ``b`` in order, paired by name: one to one where the lists
-    match (the usual case, zipped as they are), else an operator that only one list has (a decode
-    step that runs the shared experts on EP ranks of their own has no ``shared_expert_*`` while its
-    prompt tokens keep them local: ``layer_ops``' ``shared_ranks``) comes alone, where it stands."""
-    if len(a) == len(b) and all(x.name == y.name for x, y in zip(a, b, strict=True)):
-        return list(zip(a, b, strict=True))
+    match (the usual case), else an operator that only one list has (a decode step that runs the
+    shared experts on EP ranks of their own has no ``shared_expert_*`` while its prompt tokens keep
+    them local: ``layer_ops``' ``shared_ranks``) comes alone, where it stands."""
     out: list[tuple[Op | None, Op | None]] = []
     i = j = 0
     while i < len(a) or j < len(b):
