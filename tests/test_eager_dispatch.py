@@ -129,6 +129,27 @@ def test_an_unknown_base_is_located(tmp_path):
         load_framework_file(f)
 
 
+def test_an_entry_of_the_bundled_file_may_start_from_an_earlier_one(tmp_path, monkeypatch):
+    import planner.catalog.frameworks as F
+
+    f = tmp_path / "frameworks.yaml"
+    f.write_text("a:\n  description: first\n  step_overhead: {value: 2 ms, source: s}\n"
+                 "b:\n  base: a\n  description: second\n  max_num_seqs: {value: 8, source: s}\n"
+                 "c:\n  base: d\n  description: third\n")
+    monkeypatch.setattr(F, "FRAMEWORKS_FILE", f)
+    F._frameworks.cache_clear()
+    try:
+        with pytest.raises(PlannerError, match=r"frameworks\.yaml:9: base: expected a bundled framework \(a, b\)"):
+            F._frameworks()
+        f.write_text(f.read_text().rsplit("c:\n", 1)[0])
+        F._frameworks.cache_clear()
+        fws = F._frameworks()
+        assert fws["b"].step_overhead.value == pytest.approx(2e-3) and fws["b"].max_num_seqs.value == 8
+        assert fws["b"].description == "second"
+    finally:
+        F._frameworks.cache_clear()
+
+
 def test_host_times_past_ten_seconds_are_refused():
     with pytest.raises((ValueError, PlannerError), match="at most 10 s"):
         Framework(description="x", eager_prefill_dispatch={"value": "11 s", "source": "test"})

@@ -302,15 +302,32 @@ class Framework(Frozen):
 
 @lru_cache(maxsize=1)
 def _frameworks() -> dict[str, Framework]:
+    """The bundled entries. An entry with ``base: <earlier entry>`` is that entry with its own
+    fields replacing the base's (an engine generation that differs in a few figures)."""
     data, lines = load_yaml(FRAMEWORKS_FILE)
-    out = {}
+    out: dict[str, Framework] = {}
     for name, spec in data.items():
+        spec_lines = {k[1:]: v for k, v in lines.items() if k[:1] == (name,)}
+        if isinstance(spec, dict) and "base" in spec:
+            spec = _inherit(spec, out, FRAMEWORKS_FILE, spec_lines)
         try:
             out[name] = Framework.model_validate({**spec, "name": name})
         except ValidationError as e:
-            raise validation_error(FRAMEWORKS_FILE, e, {k[1:]: v for k, v in lines.items() if k[:1] == (name,)},
-                                   Framework) from None
+            raise validation_error(FRAMEWORKS_FILE, e, spec_lines, Framework) from None
     return out
+
+
+def _inherit(spec: dict, bases: dict[str, Framework], path: Path, spec_lines: dict) -> dict:
+    """``spec`` on top of the entry its ``base:`` names (one of ``bases``): the base's fields, then
+    the spec's own; a spec without a description of its own says it is the base's, changed."""
+    base = spec["base"]
+    if not isinstance(base, str) or base not in bases:
+        line = spec_lines.get(("base",), 1)
+        raise InputError(f"{path}:{line}: base: expected a bundled framework ({', '.join(sorted(bases))}), "
+                         f"got {base!r}")
+    inherited = bases[base].model_dump(exclude_unset=True, exclude={"name"})
+    return {**inherited, "description": f"{bases[base].description} (as {path.name} changes it)",
+            **{k: v for k, v in spec.items() if k != "base"}}
 
 
 # The engine a prediction assumes when none is named (said in every output that names one).
@@ -332,14 +349,7 @@ def load_framework_file(path: str | Path) -> Framework:
         name, spec = next(iter(data.items()))
         spec_lines = {k[1:]: v for k, v in lines.items() if k[:1] == (name,)}
     if "base" in spec:
-        base, fws = spec["base"], _frameworks()
-        if not isinstance(base, str) or base not in fws:
-            line = spec_lines.get(("base",), 1)
-            raise InputError(f"{path}:{line}: base: expected a bundled framework ({', '.join(sorted(fws))}), "
-                             f"got {base!r}")
-        inherited = fws[base].model_dump(exclude_unset=True, exclude={"name"})
-        spec = {**inherited, "description": f"{fws[base].description} (as {path.name} changes it)",
-                **{k: v for k, v in spec.items() if k != "base"}}
+        spec = _inherit(spec, _frameworks(), path, spec_lines)
     try:
         return Framework.model_validate({**spec, "name": str(name)})
     except ValidationError as e:
