@@ -33,7 +33,9 @@ devices, attention ``tp`` x data-parallel ``max(tp, ep) / tp``):
 * on Ascend NPUs: SGLang's NPU backend (``--device npu --attention-backend ascend``) and, for the
   INT8/INT4 formats, the modelslim checkpoints each engine loads with its own switch: vllm-ascend
   ``--quantization ascend`` (vllm-ascend's W8A8 tutorials and nightly configs), SGLang
-  ``--quantization modelslim`` (SGLang's "Best Practice on Ascend NPU" commands).
+  ``--quantization modelslim`` (SGLang's "Best Practice on Ascend NPU" commands); a plan on the
+  ``vllm-ascend-graph`` engine entry launches vLLM as that entry assumes:
+  ``--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}' --async-scheduling``.
 """
 
 from __future__ import annotations
@@ -247,6 +249,10 @@ def vllm_args(p: dict) -> list[str]:
                          f"of this plan ({pool:,} tokens), so vLLM would refuse to start; cap the request length or "
                          "plan with more devices per instance")
     args += ["--max-model-len", str(min(_tokens_up(p["longest"]), pool))]
+    if p["hw"].framework == "vllm-ascend-graph":
+        # the launch the plan's engine entry describes: one graph per decode step, the host's
+        # scheduling overlapped (vllm-ascend's nightly configs pass exactly these two)
+        args += ["--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}', "--async-scheduling"]
     return args + _quantization(p, "ascend")
 
 

@@ -3,6 +3,7 @@ plan's numbers (layout, limits, replicas)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -24,6 +25,8 @@ VLLM = {"--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-s
         # the KV pool's block count and block size (engine args: "--num-gpu-blocks-override ... Used for
         # testing preemption"; --block-size)
         "--num-gpu-blocks-override", "--block-size",
+        # vllm-ascend launched as the vllm-ascend-graph entry assumes (its nightly CI configs)
+        "--compilation-config", "--async-scheduling",
         # the longest request the engine takes, which its KV pool must hold at start-up (--max-model-len)
         "--max-model-len"}
 # SGLang server arguments, https://docs.sglang.io/advanced_features/server_arguments.html; the prefill
@@ -145,6 +148,21 @@ def test_launch_files_count_ranks_per_die_on_a_910c(tmp_path):
     assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("1", "8")
     assert int(f["--max-num-seqs"]) == best["max_num_seqs"]
     assert int(f["--max-num-batched-tokens"]) == 2048
+    assert "--compilation-config" not in f and "--async-scheduling" not in f     # the default graph mode
+
+
+def test_a_plan_on_vllm_ascend_graph_launches_full_decode_graphs(tmp_path):
+    """The plan's step times assume one ACL graph per decode step (the vllm-ascend-graph entry), so
+    the launch asks for it: cudagraph_mode FULL_DECODE_ONLY with asynchronous scheduling."""
+    p = tmp_path / "moe910c-graph.yaml"
+    p.write_text(MOE.replace("[h100-sxm]", "[ascend-910c]").replace("weight_dtype: [fp8]", "weight_dtype: [int8]")
+                 .replace("kv_dtype: fp8", "kv_dtype: bf16")
+                 + "engine: {framework: vllm-ascend-graph}\ncost:\n  prices: {ascend-910c: 2.0}\n")
+    _, out = _plan(tmp_path, p, "vllm")
+    f = _flags(_command(out / "vllm.sh"))
+    assert set(f) <= VLLM
+    assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    assert "--async-scheduling" in f and f["--async-scheduling"] is None
 
 
 def test_trtllm_flags_documented(tmp_path, moe):
