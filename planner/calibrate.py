@@ -113,7 +113,19 @@ def fit(name: str, *, memory: bool = False, link: bool = False, ring: bool = Fal
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("usage: python -m planner.calibrate FRAMEWORK [--memory] [--link] [--ring] [--sequence] "
-                         "[--request] [--step-only] [--descent]  |  python -m planner.calibrate --attention")
+                         "[--request] [--step-only] [--descent]  |  python -m planner.calibrate --attention"
+                         "  |  python -m planner.calibrate --moe-chain")
+    if argv[0] == "--moe-chain":
+        from planner.catalog.hardware import microbenchmarks_dir
+        from planner.microbench import moe_chain_fit
+
+        for path in sorted(microbenchmarks_dir().glob("*-moe-mlp-*.csv")):
+            f = moe_chain_fit(path)
+            bound = "" if f["memory_bound"] else " (some calls compute-bound: the form does not hold)"
+            print(f"{f['file']}: {f['format']} expert chain on {f['hardware']}: weights at {f['memory_fraction']:.3f} "
+                  f"of HBM + {f['fixed_us']:.1f} us per layer; median error {f['median_abs_rel_error']:.1%} over "
+                  f"{f['points']} calls{bound}")
+        return
     if argv[0] == "--attention":
         from planner.microbench import attention_sweeps
 

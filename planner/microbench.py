@@ -229,3 +229,80 @@ def linear_decode_sweep(path: Path) -> dict:
 
 def linear_decode_sweeps() -> list[dict]:
     return [linear_decode_sweep(p) for p in sorted(microbenchmarks_dir().glob("*-gdn-decode-*.csv"))]
+
+
+def _moe_mlp_rows(path: Path):
+    """The calls of an expert-MLP sweep (``<profile>-moe-mlp-<label>.csv``: tokens, hidden, inter,
+    experts, topk, local_experts, weight_bytes, time_us), each as the roofline's ``experts``
+    operator of one layer on one die: the tokens' routed rows its local experts take, the
+    expected local experts with a row under uniform routing (the weights read: gate, up and down),
+    two FLOPs per weight per row, and each row's hidden vector in and out and its intermediate
+    (as ``perf.ops`` counts them), in BF16 activations."""
+    from planner.perf.ops import Op, OpKind
+
+    tokens, hidden, inter, experts, topk, local, width, t_us = sweep_columns(path)
+    rows = tokens * topk * local / experts
+    hit = local * (1.0 - (1.0 - 1.0 / local) ** rows)
+    per_expert = 3.0 * hidden * inter
+    ops = {}
+    for nbytes, dt in ((2, DType.bf16), (1, DType.int8)):
+        m = width == nbytes
+        if np.any(m):
+            ops[dt] = (m, Op("experts", OpKind.gemm, 1, flops=2.0 * rows[m] * per_expert[m],
+                             weight_bytes=hit[m] * per_expert[m] * nbytes,
+                             act_bytes=rows[m] * (2 * hidden[m] + 3 * inter[m]) * 2.0, grouped=True))
+    return tokens, t_us, ops
+
+
+def moe_mlp_sweep(path: Path) -> list[dict]:
+    """Predicted vs measured time of an expert-MLP sweep, per weight format: every call timed by
+    ``op_time`` as the ``experts`` operator (``_moe_mlp_rows``) through the engine entry the file's
+    label names (its kernels per operator and, where it states them, its expert chain's weight
+    streaming and fixed time: ``grouped_memory_by_format`` / ``grouped_fixed_by_format``)."""
+    from planner.perf.ops import DTypes
+    from planner.perf.roofline import op_time
+
+    hw = _as_timed(*path.stem.split("-moe-mlp-", 1))
+    _, t_us, ops = _moe_mlp_rows(path)
+    out = []
+    for dt, (m, op) in ops.items():
+        pred = np.asarray(op_time(hw, op, DTypes(weight=dt, kv=DType.bf16, act=DType.bf16)).time_s) * 1e6
+        out.append({**_timed_calls(hw, path, pred, t_us[m]), "format": dt.value})
+    return out
+
+
+def moe_mlp_sweeps() -> list[dict]:
+    return [s for p in sorted(microbenchmarks_dir().glob("*-moe-mlp-*.csv")) for s in moe_mlp_sweep(p)]
+
+
+def moe_chain_fit(path: Path, fmt: DType = DType.int8, tokens=(128, 256, 512)) -> dict:
+    """The expert chain of ``fmt`` an expert-MLP sweep measures, through its entry's other figures:
+    the HBM fraction its weights stream at and its fixed time per layer, least squares in relative
+    error over the calls of ``tokens`` (every local expert has rows there, and the calls are
+    memory-bound: checked), with the entry's kernel latency and activation streaming held. Each
+    call is ``fixed + latency + activations / (bw x memory) + weights / (bw x fraction)``: linear in
+    the fixed time and 1 / fraction."""
+    from planner.perf.ops import DTypes
+    from planner.perf.roofline import op_time
+
+    hw = _as_timed(*path.stem.split("-moe-mlp-", 1))
+    eff = hw.efficiency
+    hw = hw.model_copy(update={"efficiency": eff.model_copy(update={
+        "grouped_memory_by_format": {k: v for k, v in eff.grouped_memory_by_format.items() if k is not fmt},
+        "grouped_fixed_by_format": {k: v for k, v in eff.grouped_fixed_by_format.items() if k is not fmt}})})
+    n, t_us, ops = _moe_mlp_rows(path)
+    m, op = ops[fmt]
+    keep = np.isin(n[m], tokens)
+    dtypes = DTypes(weight=fmt, kv=DType.bf16, act=DType.bf16)
+    bare = op_time(hw, type(op)(**{**op.__dict__, "weight_bytes": 0.0, "flops": 0.0}), dtypes)
+    base = (np.asarray(bare.memory_s) + np.asarray(bare.fixed_s)) * 1e6          # latency + activations
+    bw = hw.memory.bandwidth.value
+    w_us = np.asarray(op.weight_bytes) / bw * 1e6                                  # weights at the full HBM rate
+    t, a, w = t_us[m][keep], base[keep], w_us[keep]
+    (fixed_us, inv), *_ = np.linalg.lstsq(np.c_[1.0 / t, w / t], (t - a) / t, rcond=None)
+    pred = a + fixed_us + w * inv
+    compute_us = (np.asarray(op_time(hw, op, dtypes).compute_s) * 1e6)[keep]
+    return {"hardware": hw.name, "file": path.name, "format": fmt.value, "points": int(keep.sum()),
+            "memory_fraction": float(1.0 / inv), "fixed_us": float(fixed_us),
+            "memory_bound": bool(np.all(compute_us < pred - a - fixed_us + 1e-9)),
+            "median_abs_rel_error": float(np.median(np.abs(pred / t - 1.0)))}

@@ -509,14 +509,21 @@ def rows(path: Path | None = None, progress=None) -> list[Row]:
 def validate(path: Path | None = None, progress=None) -> dict:
     """Every point predicted against its measurement; ``progress(done, total)`` is called per point."""
     rows_ = rows(path, progress)
-    from planner.microbench import allreduce_sweeps, decode_attention_sweeps, gemm_sweeps, linear_decode_sweeps
+    from planner.microbench import (
+        allreduce_sweeps,
+        decode_attention_sweeps,
+        gemm_sweeps,
+        linear_decode_sweeps,
+        moe_mlp_sweeps,
+    )
 
     sweeps = [{k: v for k, v in s.items() if not k.endswith("_tflops")} for s in gemm_sweeps()]
-    decode, linear = ([{k: v for k, v in s.items() if not k.endswith("_us")} for s in f()]
-                      for f in (decode_attention_sweeps, linear_decode_sweeps))
+    decode, linear, moe = ([{k: v for k, v in s.items() if not k.endswith("_us")} for s in f()]
+                           for f in (decode_attention_sweeps, linear_decode_sweeps, moe_mlp_sweeps))
     return {"points": [r.model_dump() for r in rows_], "summary": _summary(rows_, "vendor"),
             "summary_by_framework": _summary(rows_, "framework"), "corpus": corpus(rows_),
             "microbenchmarks": sweeps, "decode_attention": decode, "linear_decode": linear,
+            "moe_mlp": moe,
             "collectives": allreduce_sweeps()}
 
 

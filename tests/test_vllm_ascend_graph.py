@@ -71,10 +71,11 @@ def test_the_nightly_bf16_run_within_ten_percent(metric):
     assert V.predict(p) == pytest.approx(p.value, rel=0.10)
 
 
-def test_the_nightly_w8a8_run_is_optimistic_by_the_quantization_kernels_it_does_not_carry():
-    """Known gap, kept visible: at 16 sequences the W8A8 path's Cumsum (31 us) and activation
-    quantization (11 us) per layer, and its slower quantized projections, cost about what halving
-    the expert weights saves (measured TPOT 18.7 ms against BF16's 19.1); the model has the saving
-    and not the kernels, so it is 20-30% optimistic. This test fails when that changes, either way."""
+def test_the_nightly_w8a8_run_is_optimistic_by_the_dense_quantization_kernels_it_does_not_carry():
+    """Known gap, kept visible: the expert chain's W8A8 cost is in the entry (its measured streaming
+    and 54 us per layer: tests/test_moe_chain.py), which took this row from +27% to +11%; what the
+    run's profile shows beyond it, the routing Cumsum (31 us a layer) and the quantized attention
+    projections (QuantBatchMatmulV3 14.9 us against MatMulV2's 9.2), is not modelled, so it stays
+    optimistic. This test fails when that changes, either way."""
     p = _ROWS["vllmasc-nightly-qwen3-30b-a3b-a2-tp4-w8a8-c45-throughput"]
-    assert 1.15 * p.value < V.predict(p) < 1.40 * p.value
+    assert 1.03 * p.value < V.predict(p) < 1.20 * p.value

@@ -147,6 +147,11 @@ class Framework(Frozen):
     # the profiles' default is DeepGEMM's; Triton fused_moe / CUTLASS MoE kernels reach less)
     grouped_gemm: Fraction | None = None
     grouped_gemm_by_format: dict[DType, Fraction] = {}   # the same per operand format (Efficiency.grouped_by_format)
+    # its MoE expert chain in a weight format, timed as the engine calls it: the weights' HBM fraction
+    # and the chain's fixed time per layer (Efficiency.grouped_memory_by_format / grouped_fixed_by_format);
+    # measured on the engine's own calls, so memory_scale does not scale them
+    grouped_memory_by_format: dict[DType, Fraction] = {}
+    grouped_fixed_by_format: dict[DType, Seconds] = {}
     # a quantized format's GEMM throughput on this engine's path (activation quantization + GEMM +
     # dequantization) relative to the same GEMM in BF16: caps the profile's plateau of that format,
     # which describes the matrix unit's rate (2x BF16 for INT8 on an Ascend cube)
@@ -260,6 +265,9 @@ class Framework(Frozen):
             update["linear_state_dtype"] = self.linear_state_dtype.value
         if self.grouped_gemm_by_format:
             update["grouped_by_format"] = {**eff.grouped_by_format, **self.grouped_gemm_by_format}
+        for field in ("grouped_memory_by_format", "grouped_fixed_by_format"):
+            if getattr(self, field):
+                update[field] = {**getattr(eff, field), **getattr(self, field)}
         for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks",
                       "linear_state_from_checkpoint"):
             if getattr(self, field) is not None:

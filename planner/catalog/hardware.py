@@ -475,6 +475,13 @@ class Efficiency(Frozen):
     # the same for one operand format where the engine runs another MoE kernel family for it (e.g.
     # its NVFP4 MoE on Blackwell is not the DeepGEMM path its FP8 MoE takes on Hopper)
     grouped_by_format: dict[DType, Fraction] = {}
+    # the whole MoE expert chain of one layer in a weight format, where the engine's chain was timed
+    # as it calls it (quantization, grouped GEMMs, activation, unpermute: e.g. vLLM-Ascend's W8A8
+    # dynamic path): the HBM fraction its expert weights stream at (in place of ``memory`` /
+    # ``memory_by_format``) and the fixed device time the chain takes per layer beyond its kernels'
+    # latency and that streaming (its per-token quantization and dequantization passes)
+    grouped_memory_by_format: dict[DType, Fraction] = {}
+    grouped_fixed_by_format: dict[DType, Seconds] = {}
     # MoE grouped GEMMs whose experts are in a weight-only format (INT4/FP4 weights the chip has no
     # matrix rate for, BF16 activations: W4A16) dequantize every weight tile on the vector/CUDA
     # cores in the kernel's main loop (vLLM's Marlin MoE): their compute plateau, as a fraction of

@@ -24,7 +24,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.catalog.dtypes import DType
-from planner.catalog.hardware import Fraction, HardwareProfile
+from planner.catalog.hardware import Fraction, HardwareProfile, Seconds
 from planner.catalog.model import ModelSpec
 from planner.perf.comm import (
     all_reduce_form,
@@ -297,6 +297,8 @@ def op_time(hw: HardwareProfile, op: Op, dtypes: DTypes) -> OpTime:
         streamed = moved / per_byte if _ones(load, moved.shape) else in_place(np.divide, moved * load, per_byte)
         memory = in_place(np.add, streamed, weight / (bw * stream))   # addition commutes exactly
     latency = rec.latency.value if rec else eff.kernel_latency.value * kernels_of(eff, op)
+    if not rec and (chain := chain_fixed(eff, op, dtypes)) is not None:
+        latency += chain.value
     if weight.size and bool(np.all(weight > 0)):
         fixed = latency                      # every row is busy (a row with NaN work times NaN either way)
     else:                                    # busy: (flops > 0) | (weight + moved > 0), without the zero terms
@@ -335,10 +337,21 @@ def decode_stream(eff, op: Op):
 
 
 def weight_streaming(eff, op: Op, dtypes: DTypes) -> Fraction | None:
-    """The HBM fraction a GEMM streams its weights at where their format has one of its own
-    (``Efficiency.memory_by_format``: B200 NVFP4 0.44), else None (the profile's ``memory``): what
-    ``op_time`` applies and ``explain_op`` names."""
-    return eff.memory_by_format.get(op.weight_dtype or dtypes.weight) if op.kind is OpKind.gemm else None
+    """The HBM fraction a GEMM streams its weights at where their format has one of its own: the
+    engine's timed MoE expert chain for a grouped GEMM (``Efficiency.grouped_memory_by_format``),
+    else the format's (``Efficiency.memory_by_format``: B200 NVFP4 0.44), else None (the profile's
+    ``memory``): what ``op_time`` applies and ``explain_op`` names."""
+    if op.kind is not OpKind.gemm:
+        return None
+    fmt = op.weight_dtype or dtypes.weight
+    return (op.grouped and eff.grouped_memory_by_format.get(fmt)) or eff.memory_by_format.get(fmt)
+
+
+def chain_fixed(eff, op: Op, dtypes: DTypes) -> Seconds | None:
+    """The fixed time per layer of the engine's MoE expert chain in the experts' weight format
+    beyond its kernels' latency (``Efficiency.grouped_fixed_by_format``: vLLM-Ascend's W8A8 dynamic
+    chain), for a grouped GEMM; else None."""
+    return eff.grouped_fixed_by_format.get(op.weight_dtype or dtypes.weight) if op.grouped else None
 
 
 def _weight_only_cap(hw: HardwareProfile, op: Op, dtypes: DTypes, fmt: DType) -> Fraction | None:
@@ -444,6 +457,8 @@ def _explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndar
     else:
         fixed = f"{kernels} x " if kernels > 1 else ""
         fixed += f"{eff.kernel_latency.value * 1e6:.1f} us/kernel{skew}"
+    if (chain := chain_fixed(eff, op, dtypes)) is not None:
+        fixed += f" + {chain.value * 1e6:.0f} us {(op.weight_dtype or dtypes.weight).value} expert chain"
     if bound == "memory" and (rec := recurrent_kernel(eff, op)):
         return ideal, f"recurrent delta-rule kernel {rec.memory.value:.0%} of HBM + {rec.latency.value * 1e6:.1f} us", \
             rec.memory.source
@@ -476,6 +491,8 @@ def explain_op(hw: HardwareProfile, t: OpTime, dtypes: DTypes) -> tuple[np.ndarr
     eff, op = hw.efficiency, t.op
     if kernels_of(eff, op) != 1:
         source = f"{source}; kernels: {eff.op_kernels.source}"
+    if (chain := chain_fixed(eff, op, dtypes)) is not None and chain.source not in source:
+        source = f"{source}; expert chain: {chain.source}"
     # the operators the routing skew multiplies (op_time: those over an expert-parallel group;
     # _comm_time: the all-to-alls), not the all-reduces of a TP group
     if op.kind is not OpKind.all_reduce and np.any(np.asarray(op.group) > 1):

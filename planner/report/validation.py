@@ -45,14 +45,17 @@ def print_validation(result: dict) -> None:
     for key, title in (("decode_attention", "Paged decode-attention sweeps replayed through the roofline "
                                              "(decode HBM fraction x ctx / (ctx + half length) + kernel latency)"),
                        ("linear_decode", "Gated DeltaNet decode-core sweeps replayed through the roofline "
-                                         "(recurrent kernel's HBM fraction + its fixed time per call)")):
+                                         "(recurrent kernel's HBM fraction + its fixed time per call)"),
+                       ("moe_mlp", "MoE expert-MLP sweeps replayed through the roofline (the experts operator: "
+                                   "weights at the engine's chain fraction + kernels and chain fixed time)")):
         if result.get(key):
             d = Table(title=title)
             for col in ("hardware", "sweep", "calls", "median time error", "worst",
                         "harness-floor calls (not scored)"):
                 d.add_column(col)
             for m in result[key]:
-                d.add_row(m["hardware"], m["file"], str(m["points"]), f"{100 * m['median_rel_error']:+.1f}%",
+                sweep = m["file"] + (f" ({m['format']})" if "format" in m else "")   # a sweep of two formats
+                d.add_row(m["hardware"], sweep, str(m["points"]), f"{100 * m['median_rel_error']:+.1f}%",
                           f"{100 * m['max_abs_rel_error']:.1f}%", str(m["floor_bound"]))
             out.print(d)
     if result.get("collectives"):
