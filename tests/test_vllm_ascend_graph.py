@@ -73,9 +73,9 @@ def test_the_nightly_bf16_run_within_ten_percent(metric):
 
 def test_the_nightly_w8a8_run_is_optimistic_by_the_dense_quantization_kernels_it_does_not_carry():
     """Known gap, kept visible: the expert chain's W8A8 cost is in the entry (its measured streaming
-    and 54 us per layer: tests/test_moe_chain.py), which took this row from +27% to +11%; what the
-    run's profile shows beyond it, the routing Cumsum (31 us a layer) and the quantized attention
-    projections (QuantBatchMatmulV3 14.9 us against MatMulV2's 9.2), is not modelled, so it stays
-    optimistic. This test fails when that changes, either way."""
+    and 54 us per layer, the chain's quantization and group-list cumsum: tests/test_moe_chain.py),
+    which took this row from +27% to +11%; what the run's profile shows outside the chain, the
+    quantized attention projections (QuantBatchMatmulV3 14.9 us against MatMulV2's 9.2), is not
+    modelled, so it stays optimistic. This test fails when that changes, either way."""
     p = _ROWS["vllmasc-nightly-qwen3-30b-a3b-a2-tp4-w8a8-c45-throughput"]
     assert 1.03 * p.value < V.predict(p) < 1.20 * p.value
