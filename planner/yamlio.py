@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -203,12 +206,14 @@ def _follow(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[tuple[str, ..
     holding the next part."""
     models: list[type[BaseModel]] = [model]
     out: tuple[str, ...] = ()
+    keyed = False                         # the part before was a mapping field: this part is its key
     for j, part in enumerate(loc):
-        if part.isdigit() or not models:  # a list item: the list's own item type is already held
-            out = (*out, part)
+        if part.isdigit() or not models or keyed:  # a list item or a mapping key: the value type is held
+            out, keyed = (*out, part), False
             continue
         nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
         if nxt or any(part in m.model_fields for m in models):
+            keyed = any(_is_mapping(m.model_fields[part].annotation) for m in models if part in m.model_fields)
             models, out = nxt, (*out, part)
             continue
         tagged = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
@@ -268,6 +273,15 @@ def _field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[s
         for t in _types_in(f.annotation):
             names |= _field_names(t, seen)
     return names
+
+
+def _is_mapping(annotation: Any) -> bool:
+    """Whether a field's annotation is a mapping (``dict[K, V]``, optionally ``| None``): the next
+    part of a location in it is a key, not a field or a union tag."""
+    if typing.get_origin(annotation) in (dict, collections.abc.Mapping):
+        return True
+    return any(_is_mapping(a) for a in typing.get_args(annotation) if a is not type(None)) \
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else False
 
 
 def _types_in(annotation: Any) -> list[type[BaseModel]]:

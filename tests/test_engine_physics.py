@@ -336,7 +336,25 @@ def test_a_bad_figure_in_a_framework_file_says_what_it_got_once(tmp_path):
     bad.write_text("description: x\nmemory_scale: {value: -1, source: me}\n")
     with pytest.raises(InputError) as e:
         load_framework_file(bad)
-    assert str(e.value).endswith("fw.yaml:2 memory_scale.value: must be a finite number > 0, got -1.0")
+    assert str(e.value).endswith("fw.yaml:2 memory_scale.value: must be a finite number > 0, got -1")
+
+
+@pytest.mark.parametrize("field, entry, said", [
+    ("grouped_fixed_by_format", "{int8: {value: -5 us, source: me}}",
+     "int8.value: must be a finite number >= 0, got -5e-06 s"),
+    ("attention_decode", "{ascend-910b: {value: 1.7, source: me}}",
+     "ascend-910b.value: an efficiency must be in (0, 1]")])
+def test_a_bad_figure_under_a_mapping_key_is_located_at_its_key(tmp_path, field, entry, said):
+    """A figure given per format or per profile is reported under its key (the key was once read as
+    a union tag and dropped: 'grouped_fixed_by_format.value'), seconds with their unit."""
+    from planner.catalog.frameworks import load_framework_file
+    from planner.errors import InputError
+
+    bad = tmp_path / "fw.yaml"
+    bad.write_text(f"description: x\n{field}: {entry}\n")
+    with pytest.raises(InputError) as e:
+        load_framework_file(bad)
+    assert f"fw.yaml:2 {field}.{said}" in str(e.value)
 
 
 def test_prompt_steps_run_the_engines_throughput_all_to_all_kernels():

@@ -46,7 +46,8 @@ class Figure(Frozen):
     @classmethod
     def _finite_positive(cls, v: float) -> float:
         if not math.isfinite(v) or v < 0 or (v == 0 and not cls.allow_zero):
-            raise ValueError(f"must be a finite number {'>=' if cls.allow_zero else '>'} 0, got {v}")
+            unit = "" if cls.dimension == "1" else f" {cls.dimension}"     # SI, as parsed from the text
+            raise ValueError(f"must be a finite number {'>=' if cls.allow_zero else '>'} 0, got {v:g}{unit}")
         if 0 < v < cls.minimum:
             raise ValueError(f"must be at least {cls.minimum:g} {cls.dimension} (no device is slower; smaller "
                              f"values overflow the model's times), got {v:g}")
