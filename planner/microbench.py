@@ -13,6 +13,7 @@ FlashAttention sequence-length sweep.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -294,7 +295,7 @@ def moe_chain_fit(path: Path, fmt: DType = DType.int8, tokens=(128, 256, 512)) -
     m, op = ops[fmt]
     keep = np.isin(n[m], tokens)
     dtypes = DTypes(weight=fmt, kv=DType.bf16, act=DType.bf16)
-    bare = op_time(hw, type(op)(**{**op.__dict__, "weight_bytes": 0.0, "flops": 0.0}), dtypes)
+    bare = op_time(hw, replace(op, weight_bytes=0.0, flops=0.0), dtypes)
     base = (np.asarray(bare.memory_s) + np.asarray(bare.fixed_s)) * 1e6          # latency + activations
     bw = hw.memory.bandwidth.value
     w_us = np.asarray(op.weight_bytes) / bw * 1e6                                  # weights at the full HBM rate
