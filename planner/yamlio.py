@@ -278,10 +278,10 @@ def _field_names(model: type[BaseModel], seen: set[type] | None = None) -> set[s
 def _is_mapping(annotation: Any) -> bool:
     """Whether a field's annotation is a mapping (``dict[K, V]``, optionally ``| None``): the next
     part of a location in it is a key, not a field or a union tag."""
-    if typing.get_origin(annotation) in (dict, collections.abc.Mapping):
+    origin = typing.get_origin(annotation)
+    if origin in (dict, collections.abc.Mapping):
         return True
-    return any(_is_mapping(a) for a in typing.get_args(annotation) if a is not type(None)) \
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else False
+    return origin in (typing.Union, types.UnionType) and any(map(_is_mapping, typing.get_args(annotation)))
 
 
 def _types_in(annotation: Any) -> list[type[BaseModel]]:

@@ -263,11 +263,11 @@ class Framework(Frozen):
             update["graph_max_tokens"] = int(self.graph_max_tokens.value)
         if self.linear_state_dtype is not None:
             update["linear_state_dtype"] = self.linear_state_dtype.value
-        if self.grouped_gemm_by_format:
-            update["grouped_by_format"] = {**eff.grouped_by_format, **self.grouped_gemm_by_format}
-        for field in ("grouped_memory_by_format", "grouped_fixed_by_format"):
+        for field, target in (("grouped_gemm_by_format", "grouped_by_format"),      # per-format figures:
+                              ("grouped_memory_by_format", "grouped_memory_by_format"),  # the entry's over
+                              ("grouped_fixed_by_format", "grouped_fixed_by_format")):   # the profile's
             if getattr(self, field):
-                update[field] = {**getattr(eff, field), **getattr(self, field)}
+                update[target] = {**getattr(eff, target), **getattr(self, field)}
         for field in ("fp8_dispatch", "overlap_moe_comm", "draft_extend", "moe_a2a", "shared_expert_ranks",
                       "linear_state_from_checkpoint"):
             if getattr(self, field) is not None:
