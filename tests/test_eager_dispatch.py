@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from planner.catalog.frameworks import Framework, TokenCount, as_run, framework
 from planner.catalog.model_catalog import model as get_model
 from planner.errors import PlannerError
-from planner.perf.estimate import estimate, operator_breakdown
+from planner.perf.estimate import estimate, operator_breakdown, resolve_dtypes
 from planner.perf.ops import DTypes, Step
 from planner.perf.parallel import Layout
 from planner.perf.roofline import eager_step, step_time
@@ -82,6 +82,22 @@ def test_the_floor_never_makes_an_iteration_faster(n_decode, prefill):
     assert with_floor >= without
     if prefill == 0 or n_decode + prefill <= 512:
         assert with_floor == without
+
+
+def test_a_candidate_is_launched_its_own_operators_in_a_block():
+    """A block of candidates lists the operators of all of them (the EP dispatch and combine of
+    the layouts whose experts span more ranks than attention), with no work in the rows of the
+    others: a row's eager floor counts its own, so a candidate's prompt step is the same evaluated
+    in a block or alone (the streaming search's block size changed a plan before)."""
+    m, hw = get_model("deepseek-v3"), as_run("cloudmatrix384", "vllm-ascend")
+    tp, ep = np.array([1, 4, 16, 16]), np.array([16, 16, 16, 64])
+    dt = resolve_dtypes(m, "int8", None)
+    block = Layout.of(tp[:, None], ep[:, None], np.ones((4, 1), int))
+    together = np.ravel(iteration(m, hw, block, dt, 8.0, 2000.0, 2048.0, 2000.0, power=False).time_s)
+    for i in range(4):
+        alone = iteration(m, hw, Layout.of(tp[i:i + 1, None], ep[i:i + 1, None], np.ones((1, 1), int)), dt,
+                          8.0, 2000.0, 2048.0, 2000.0, power=False).time_s
+        assert together[i] == float(np.ravel(alone)[0])
 
 
 def test_explain_names_the_wait():

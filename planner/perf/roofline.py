@@ -559,14 +559,18 @@ def eager_step(hw: HardwareProfile, prompt_tokens, step_tokens) -> np.ndarray | 
 
 def eager_floor_s(hw: HardwareProfile, ops: list[Op], eager) -> np.ndarray | float:
     """Host time to launch ``ops`` one by one, in the rows of ``eager`` (a bool or a per-row mask,
-    ``eager_step``): ``Efficiency.eager_prefill_dispatch`` per modelled operator and layer (a
-    collective is launched only where it spans devices). 0 elsewhere."""
+    ``eager_step``): ``Efficiency.eager_prefill_dispatch`` per modelled operator and layer, in the
+    rows where it runs (a collective where it spans devices and carries a payload, any other operator
+    where it has work or bytes, as its kernel latency in ``op_time``: a block of candidates lists the operators of all of
+    them, and a row is launched only its own). 0 elsewhere."""
     dispatch = hw.efficiency.eager_prefill_dispatch
     if dispatch is None or not np.any(eager):
         return 0.0
     launched = 0
     for op in ops:
-        launched = launched + (op.count * (np.asarray(op.group) > 1) if op.kind in COMM_KINDS else op.count)
+        runs = (np.asarray(op.group) > 1) & _busy(op.comm_bytes, op.remote_bytes) if op.kind in COMM_KINDS \
+            else _busy(op.flops, op.mem_bytes)
+        launched = launched + op.count * runs
     return np.where(eager, launched * dispatch.value, 0.0)
 
 
