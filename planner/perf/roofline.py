@@ -561,8 +561,8 @@ def eager_floor_s(hw: HardwareProfile, ops: list[Op], eager) -> np.ndarray | flo
     """Host time to launch ``ops`` one by one, in the rows of ``eager`` (a bool or a per-row mask,
     ``eager_step``): ``Efficiency.eager_prefill_dispatch`` per modelled operator and layer, in the
     rows where it runs (a collective where it spans devices and carries a payload, any other operator
-    where it has work or bytes, as its kernel latency in ``op_time``: a block of candidates lists the operators of all of
-    them, and a row is launched only its own). 0 elsewhere."""
+    where it has work or bytes, as its kernel latency in ``op_time``: a block of candidates lists
+    the operators of all of them, and a row is launched only its own). 0 elsewhere."""
     dispatch = hw.efficiency.eager_prefill_dispatch
     if dispatch is None or not np.any(eager):
         return 0.0
