@@ -481,6 +481,25 @@ def test_shared_expert_on_its_own_ranks_is_one_more_dispatch_slot():
            [o.name for o in layer_ops(m, tp, step, BF16)]
 
 
+def test_shared_expert_placement_is_each_candidates_own_in_a_block():
+    # a block of layouts with and without the all-to-all (tp 1 ep 8: attention DP, dispatched;
+    # tp 8 ep 8: not): each row's shared experts and dispatch slots are what its layout alone
+    # gives (the placement was decided for the whole block, so the streaming search's block size
+    # changed a CloudMatrix-Infer plan)
+    m = planner.model("deepseek-v3")
+    step = Step.of(32, 1, 4096)
+    block = Layout.of(np.array([[1], [8]]), np.array([[8], [8]]), np.ones((2, 1), int))
+    ops = {o.name: o for o in layer_ops(m, block, step, BF16, shared_ranks=True)}
+    for row, tp in enumerate((1, 8)):
+        alone = {o.name: o for o in layer_ops(m, Layout.of(tp, 8, 1), step, BF16, shared_ranks=True)}
+        for name in ("shared_expert_up", "shared_expert_down", "ep_dispatch", "ep_combine"):
+            got = ops[name]
+            want = alone.get(name)
+            for f in ("flops", "weight_bytes", "act_bytes", "comm_bytes"):
+                v = float(np.ravel(np.broadcast_to(getattr(got, f), (2, 1)))[row])
+                assert v == (float(np.ravel(getattr(want, f))[0]) if want is not None else 0.0), (tp, name, f)
+
+
 def test_a_mixed_step_keeps_each_groups_shared_expert_placement():
     # continuous batching merges a decode step whose shared experts sit on EP ranks of their own
     # (no shared_expert_* operators, one more dispatch slot) with a prompt chunk that keeps them

@@ -457,8 +457,9 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
     # each token is then dispatched to k + shared experts, and no rank runs the shared expert on
     # its own tokens (the replicas' load matches a routed expert's by construction: ~10 ranks'
     # tokens each, against 8 x 320 / 288 per routed expert)
-    aside = bool(c.shared_ranks and moe.num_shared_experts and not c.step.prompt and np.all(a2a))
-    slots = k + moe.num_shared_experts if aside else k
+    # (per candidate: a layout without the all-to-all runs its shared experts itself)
+    aside = a2a if c.shared_ranks and moe.num_shared_experts and not c.step.prompt else False
+    slots = np.where(aside, k + moe.num_shared_experts, k) if np.any(aside) else k
     dispatch = _where(a2a, lambda: scaled(sent, Per(lay.stage_devices), slots, h, ab))
     # node-limited routing (DeepSeek-V3 Sec. 2.1.2): a token reaches at most `groups_per_token`
     # expert groups, so it crosses the scale-out network to at most that many nodes, once each
@@ -479,10 +480,10 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
                   weight_bytes=scaled(hit, stored, c.dt.weight.bytes),       # stored x hit x bytes
                   act_bytes=scaled(seen, 2 * h + 3 * moe.expert_intermediate_size / lay.expert_tp, ab),
                   params=stored, group=lay.ep, imbalance=uneven, grouped=True))
-    if moe.num_shared_experts and not aside:
+    if moe.num_shared_experts and not np.all(aside):
         width = moe.num_shared_experts * moe.shared_intermediate_size / lay.tp
-        ops.append(c.gemm("shared_expert_up", n, h, 2 * width))
-        ops.append(c.gemm("shared_expert_down", n, width, h))
+        shared = [c.gemm("shared_expert_up", n, h, 2 * width), c.gemm("shared_expert_down", n, width, h)]
+        ops += [_idle_where(op, aside) for op in shared] if np.any(aside) else shared
     if np.any(a2a):
         ops.append(Op("ep_combine", OpKind.all_to_all, n, comm_bytes=dispatch, remote_bytes=once,
                       draws=draws, group=lay.ep, imbalance=uneven, bulk=bulk))
@@ -491,6 +492,13 @@ def _moe_ffn(c: _Ctx, n: int) -> list[Op]:
         reduce = replace(reduce, group=np.where(scattered, 1, lay.tp))
     ops.append(reduce)
     return ops
+
+
+def _idle_where(op: Op, mask: np.ndarray) -> Op:
+    """``op`` with no work, bytes or weights in the rows of ``mask`` (candidates of a block that do
+    not run it: their times are those of the operator list without it)."""
+    return replace(op, **{f: np.where(mask, 0.0, getattr(op, f))
+                          for f in ("flops", "weight_bytes", "act_bytes", "params")})
 
 
 def _where(mask: np.ndarray, value) -> np.ndarray | float:
