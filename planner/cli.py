@@ -57,7 +57,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 
 
 FRAMEWORK_HELP = ("Serving engine whose efficiencies and overheads apply (vllm, vllm-rocm, sglang, tensorrt-llm, ... "
-                  "or a framework YAML file); default vllm.")
+                  "or a framework YAML file), one of the device vendor's; default vLLM for the device's vendor "
+                  "(vllm, vllm-rocm, vllm-ascend-graph).")
 
 
 MEMORY_FRACTION_HELP = ("The engine's memory setting as on its command line: vLLM --gpu-memory-utilization and "
@@ -219,6 +220,7 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
         t.add_row(label, *[fmt(r[key], unit) for r in rows])
     if model is not None:
         t.add_row(f"{model} layout", *[r["serving"]["layout"] if r["serving"] else "does not fit" for r in rows])
+        t.add_row("engine (vendor's default)", *[r["serving"]["framework"] if r["serving"] else "-" for r in rows])
         t.add_row("output tok/s per device",
                   *[f"{r['serving']['output_tokens_per_s_per_device']:.0f}" if r["serving"] else "-" for r in rows])
         t.add_row("output tokens per $", *[fmt(r["output_tokens_per_usd"], "tok") for r in rows])

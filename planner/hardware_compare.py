@@ -37,7 +37,8 @@ def _quote(hw: HardwareProfile, cost: CostModel) -> tuple[PriceQuote | None, str
 
 def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: int, weight_dtype: str) -> dict | None:
     """The layout inside one scale-up domain with the most output tokens/s per device (MoE:
-    TP=EP over the instance, or attention data-parallel with EP), or None if none fits."""
+    TP=EP over the instance, or attention data-parallel with EP), on the device vendor's default
+    engine (named in ``framework``), or None if none fits."""
     from planner.catalog.model_catalog import model as get_model
     from planner.serving.closed_loop import throughput
 
@@ -54,7 +55,7 @@ def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: in
             per_dev = s.output_tokens_per_s / s.accelerators
             if best is None or per_dev > best["output_tokens_per_s_per_device"]:
                 best = {"layout": f"tp{tp}" + (f" ep{ep}" if ep > 1 else ""), "accelerators": s.accelerators,
-                        "output_tokens_per_s_per_device": per_dev, "tpot_s": s.tpot_s}
+                        "output_tokens_per_s_per_device": per_dev, "tpot_s": s.tpot_s, "framework": s.framework}
     return best
 
 

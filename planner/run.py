@@ -139,7 +139,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
             seen.add(key)
             alternatives.append(d)
     stats = length_stats(workload)
-    notes, sim = _framework_scheduling(scn.engine) + _device_limits(scn.engine, best.hardware), None
+    notes, sim = _framework_scheduling(scn.engine, best.hardware) + _device_limits(scn.engine, best.hardware), None
     if scn.engine.mtp_tokens:
         notes.append(f"decode with {scn.engine.mtp_tokens} MTP draft token(s), {scn.engine.mtp_acceptance:.0%} "
                      f"accepted: {scn.engine.speculation.tokens_per_step:.2f} tokens per decode step")
@@ -205,12 +205,13 @@ def _device_limits(engine, hardware: str) -> list[str]:
             f"engine.max_batched_tokens / engine.max_num_seqs to change)"]
 
 
-def _framework_scheduling(engine) -> list[str]:
+def _framework_scheduling(engine, hardware: str) -> list[str]:
     """Notes naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)
-    and the memory setting (and KV-pool cap) the scenario gives its engine, in that engine's sense."""
-    from planner.catalog.frameworks import DEFAULT_FRAMEWORK, framework
+    and the memory setting (and KV-pool cap) the scenario gives its engine, in that engine's sense
+    (the default engine is the chosen ``hardware``'s)."""
+    from planner.catalog.frameworks import as_run, framework
 
-    fw = framework(engine.framework or DEFAULT_FRAMEWORK)
+    fw = framework(engine.framework or as_run(hardware).framework)
     notes = []
     if engine.memory_fraction is not None:
         free = fw.memory_policy is not None and fw.memory_policy.kind == "free_fraction"

@@ -14,6 +14,7 @@ from planner.errors import PlannerError
 def check_scenario(scn: Any) -> None:
     """Raise a located ``ValueError`` for the first cross-section problem of ``scn``."""
     _check_design_names(scn)
+    _check_framework_vendors(scn)
     _check_design_machines(scn)
     _check_something_to_evaluate(scn)
     _check_price_keys(scn)
@@ -99,6 +100,31 @@ def _check_design_names(scn: Any) -> None:
             lookup[key](value)
         except PlannerError as e:
             raise located(path, str(e)) from None
+
+
+def _check_framework_vendors(scn: Any) -> None:
+    """A framework the scenario names must run on every device it may be applied to
+    (``frameworks.vendor_mismatch``): refused at the field before any candidate is evaluated."""
+    from planner.catalog.frameworks import framework, vendor_mismatch
+    from planner.catalog.hardware import hardware
+
+    named = [("engine.framework", scn.engine.framework)]
+    named += [(path, v) for path, k, v in _design_strings(scn) if k == "framework"]
+    devices = []
+    for spelling in _used_hardware(scn).values():
+        try:
+            devices.append(hardware(spelling))
+        except PlannerError:          # an unknown name is blamed where it is written
+            continue
+    for path, name in named:
+        if name is None:
+            continue
+        fw = framework(name)
+        for hw in devices:
+            if why := vendor_mismatch(fw, hw):
+                vendors = {d.vendor for d in devices}
+                raise located(path, why + ("" if len(vendors) == 1 else
+                                           "; or leave it unset: each device then runs its own vendor's default"))
 
 
 def _check_something_to_evaluate(scn: Any) -> None:

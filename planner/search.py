@@ -93,8 +93,9 @@ def candidates(model: ModelSpec, hardware: list[str], tp: list[int], ep: list[in
                memory_fraction: float | None = None, kv_pool_tokens: int | None = None):
     """Yield ``(profile, layouts, dtypes)`` per hardware and weight dtype: the candidate blocks every
     design evaluates as arrays (hardware without a valid layout is skipped), each profile as the
-    serving framework sees it (``frameworks.DEFAULT_FRAMEWORK`` if none is named), at the engine's
-    memory setting and KV-pool cap where given (``Engine.memory_fraction``, ``Engine.kv_pool_tokens``)."""
+    serving framework sees it (if none is named, vLLM for the device's vendor:
+    ``frameworks.default_framework``), at the engine's memory setting and KV-pool cap where given
+    (``Engine.memory_fraction``, ``Engine.kv_pool_tokens``)."""
     from planner.catalog.dtypes import DType
     from planner.catalog.frameworks import as_run
     from planner.perf.ops import DTypes

@@ -148,12 +148,14 @@ def test_launch_files_count_ranks_per_die_on_a_910c(tmp_path):
     assert (f["--tensor-parallel-size"], f["--data-parallel-size"]) == ("1", "8")
     assert int(f["--max-num-seqs"]) == best["max_num_seqs"]
     assert int(f["--max-num-batched-tokens"]) == 2048
-    assert "--compilation-config" not in f and "--async-scheduling" not in f     # the default graph mode
+    # the default engine on Ascend is vllm-ascend-graph: the launch asks for its decode graphs
+    assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
 
 
 def test_a_plan_on_vllm_ascend_graph_launches_full_decode_graphs(tmp_path):
     """The plan's step times assume one ACL graph per decode step (the vllm-ascend-graph entry), so
-    the launch asks for it: cudagraph_mode FULL_DECODE_ONLY with asynchronous scheduling."""
+    the launch asks for it: cudagraph_mode FULL_DECODE_ONLY with asynchronous scheduling; the
+    default-mode entry's plan launches without them."""
     p = tmp_path / "moe910c-graph.yaml"
     p.write_text(MOE.replace("[h100-sxm]", "[ascend-910c]").replace("weight_dtype: [fp8]", "weight_dtype: [int8]")
                  .replace("kv_dtype: fp8", "kv_dtype: bf16")
@@ -163,6 +165,11 @@ def test_a_plan_on_vllm_ascend_graph_launches_full_decode_graphs(tmp_path):
     assert set(f) <= VLLM
     assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     assert "--async-scheduling" in f and f["--async-scheduling"] is None
+    # a plan on vllm-ascend's default piecewise mode launches it as it is, without the two flags
+    p.write_text(p.read_text().replace("framework: vllm-ascend-graph", "framework: vllm-ascend"))
+    _, out = _plan(tmp_path, p, "vllm")
+    f = _flags(_command(out / "vllm.sh"))
+    assert "--compilation-config" not in f and "--async-scheduling" not in f
 
 
 def test_trtllm_flags_documented(tmp_path, moe):

@@ -206,10 +206,10 @@ def test_an_engine_naming_its_framework_schedules_as_that_framework(tmp_path):
     trt = Engine(framework="tensorrt-llm")
     assert (trt.kv_reservation, trt.max_num_seqs) == ("full_length", 2048)
     assert Engine(framework="vllm") == default.model_copy(update={"framework": "vllm"})
-    assert _framework_scheduling(Engine(framework="sglang", mixed_prefill=True)) == [
+    assert _framework_scheduling(Engine(framework="sglang", mixed_prefill=True), "h100-sxm") == [
         "engine scheduling of sglang: limits_scope=instance, dp_balance=round_robin "
         "(set under engine: to change)"]
-    assert _framework_scheduling(Engine(framework="cloudmatrix-infer")) == []     # an entry without knobs
+    assert _framework_scheduling(Engine(framework="cloudmatrix-infer"), "cloudmatrix384") == []   # no knobs
 
     bundled = Path(__file__).resolve().parent.parent / "scenarios" / "distserve-chatbot-opt13b-vllm2023.yaml"
     text = bundled.read_text()

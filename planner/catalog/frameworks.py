@@ -125,6 +125,9 @@ class BatchDefaults(Frozen):
 class Framework(Frozen):
     name: str = ""
     description: str
+    # the hardware vendors (HardwareProfile.vendor) whose devices this engine runs on and its figures
+    # were read from; empty: any (a file of one's own that names none)
+    vendors: list[str] = []
     step_overhead: Seconds | None = None
     sequence_overhead: Seconds | None = None   # host time per running sequence per step
     request_overhead: Seconds | None = None    # per request, in its TTFT (tokenize, schedule, first sample)
@@ -177,6 +180,15 @@ class Framework(Frozen):
     ring_hop_latency: Seconds | None = None   # the engine all-reduces with NCCL rings (see comm.py)
     linear_state_dtype: Format | None = None   # Gated DeltaNet state format (Efficiency.linear_state_dtype)
     linear_state_from_checkpoint: Switch | None = None   # Efficiency.linear_state_from_checkpoint
+
+    @field_validator("vendors")
+    @classmethod
+    def _vendor_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not name or name != name.strip().lower():
+                raise ValueError(f"a vendor is written as the hardware profiles' vendor field is (lower case, e.g. "
+                                 f"nvidia, amd, huawei), got {name!r}")
+        return v
 
     @field_validator("ep_bulk")
     @classmethod
@@ -343,8 +355,35 @@ def _inherit(spec: dict, bases: dict[str, Framework], path: Path, spec_lines: di
             **{k: v for k, v in spec.items() if k != "base"}}
 
 
-# The engine a prediction assumes when none is named (said in every output that names one).
-DEFAULT_FRAMEWORK = "vllm"
+# The engine a prediction assumes when none is named (said in every output that names one): vLLM
+# as each vendor's platform builds it, launched as its documentation launches it (on CUDA and ROCm
+# without engine flags; on Ascend with full decode graphs, as vLLM-Ascend's tutorials and nightly CI
+# do: its default piecewise mode spends ~40 ms of host time a step, the vllm-ascend entry). A device
+# of a vendor no entry covers (Gaudi, Trainium, TPU) takes CUDA vLLM's entry: its host and memory
+# figures over the profile's own kernel figures.
+DEFAULT_FRAMEWORKS = {"nvidia": "vllm", "amd": "vllm-rocm", "huawei": "vllm-ascend-graph"}
+FALLBACK_FRAMEWORK = "vllm"
+
+
+def default_framework(hw: HardwareProfile) -> str:
+    """The entry a prediction on ``hw`` runs when it names none (``DEFAULT_FRAMEWORKS``)."""
+    return DEFAULT_FRAMEWORKS.get(hw.vendor, FALLBACK_FRAMEWORK)
+
+
+def vendor_mismatch(fw: Framework, hw: HardwareProfile) -> str:
+    """Why ``fw`` cannot stand for the engine on ``hw`` ('' if it can): an entry names the vendors
+    its engine runs on (CUDA vLLM's kernel, host and memory figures say nothing of an Ascend NPU);
+    a device of a vendor no bundled entry covers may take any entry, having none of its own."""
+    if not fw.vendors or hw.vendor in fw.vendors:
+        return ""
+    own = [name for name, entry in _frameworks().items() if hw.vendor in entry.vendors]
+    if not own:
+        return ""
+    name = fw.name or "the framework file"
+    return (f"framework {name} runs on {' and '.join(fw.vendors)} devices, not on {hw.name} "
+            f"({hw.vendor}): name one of {', '.join(own)} (the default on {hw.vendor} devices is "
+            f"{default_framework(hw)}), or write a framework file with base: {name} and vendors: [{hw.vendor}] "
+            "to take its figures onto it")
 
 
 def load_framework_file(path: str | Path) -> Framework:
@@ -383,10 +422,13 @@ def framework(name: str | Framework) -> Framework:
 
 def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> HardwareProfile:
     """``hw`` as the named engine sees it. A profile a framework was already applied to is
-    returned as is unless another framework is named; a bare profile gets ``DEFAULT_FRAMEWORK``."""
+    returned as is unless another framework is named; a bare profile gets its vendor's default
+    (``default_framework``). An engine of another vendor's devices is refused (``vendor_mismatch``)."""
     if name is None:
-        return hw if hw.framework else framework(DEFAULT_FRAMEWORK).apply(hw)
+        return hw if hw.framework else framework(default_framework(hw)).apply(hw)
     fw = framework(name)
+    if why := vendor_mismatch(fw, hw):
+        raise InputError(why)
     if hw.framework == (fw.name or "custom"):
         return hw
     return fw.apply(hw)

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import DEFAULT_FRAMEWORK, as_run
+from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
@@ -186,8 +186,9 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
                                                            free, block), workers):
                 uncapped.merge(part_light)
             if uncapped.fits:
+                engines = engine.framework or "/".join(sorted({as_run(h).framework or "" for h in hardware}))
                 raise InfeasibleError(
-                    f"{engine.framework or DEFAULT_FRAMEWORK} allocates the KV pool the launch caps as given "
+                    f"{engines} allocates the KV pool the launch caps as given "
                     f"(engine.kv_pool_tokens {engine.kv_pool_tokens:,}; vLLM --num-gpu-blocks-override), more tokens "
                     "than memory holds on every candidate that fits without the cap, so none would start; lower the "
                     "cap (whatif --kv-pool-tokens on a candidate says the most its memory holds) or drop it")

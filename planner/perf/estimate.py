@@ -252,9 +252,9 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
              memory_fraction: float | None = None, kv_pool_tokens: int | None = None) -> Estimate:
     """Roofline estimate of one instance serving one batch (see module docstring); ``mtp_tokens``
     draft tokens per decode step, each accepted with probability ``mtp_acceptance``; ``framework``
-    names the serving engine whose efficiencies apply (default ``frameworks.DEFAULT_FRAMEWORK``,
-    unless ``hardware`` is a profile a framework was already applied to); ``cp`` splits the
-    prefill over that many instances of the layout (context parallelism, ring attention:
+    names the serving engine whose efficiencies apply (default vLLM for the device's vendor,
+    ``frameworks.default_framework``, unless ``hardware`` is a profile a framework was already
+    applied to); ``cp`` splits the prefill over that many instances of the layout (context parallelism, ring attention:
     ``perf.context_parallel``), which the accelerator count and price include; TPOT and memory
     stay one instance's (the decode runs on one of them); ``draft`` the EAGLE-3 draft model that
     proposes the draft tokens (a ``catalog.draft`` name or an EAGLE-3 ``config.json``; default the

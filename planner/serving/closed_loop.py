@@ -105,7 +105,8 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
                kv_dtype: str | DType | None = None, concurrency: int | None = None,
                engine: Engine | None = None, framework: str | None = None) -> ServingEstimate:
     """Continuous-batching steady state of one instance (see module docstring); ``framework``
-    (or ``engine.framework``) names the serving engine (default ``frameworks.DEFAULT_FRAMEWORK``)."""
+    (or ``engine.framework``) names the serving engine (default vLLM for the device's vendor:
+    ``frameworks.default_framework``)."""
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer))
                                     or concurrency < 1):
         raise InputError(f"concurrency must be a positive integer or None, got {concurrency!r}")
