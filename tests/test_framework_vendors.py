@@ -130,3 +130,15 @@ def test_a_design_naming_another_vendors_engine_is_refused_at_its_field(tmp_path
     p = _scenario(tmp_path, text.replace(old, "  hardware: ascend-910b", 1))
     with pytest.raises(InputError, match=r"design\.framework: framework vllm-2023 runs on nvidia devices"):
         planner.load_scenario(p)
+
+
+def test_a_profile_of_ones_own_spells_its_vendor_as_the_bundled_ones(tmp_path):
+    p = tmp_path / "myh100.yaml"
+    p.write_text("base: h100-sxm\nname: myh100\ndescription: mine\nvendor: ' NVIDIA'\n")
+    assert hardware(str(p)).vendor == "nvidia"
+    assert as_run(str(p)).framework == "vllm"
+    with pytest.raises(InputError, match="vllm-ascend runs on huawei devices, not on myh100"):
+        as_run(str(p), "vllm-ascend")
+    p.write_text("base: h100-sxm\nname: myh100\ndescription: mine\nvendor: ''\n")
+    with pytest.raises(InputError, match="myh100.yaml:4 vendor: expected the device's vendor"):
+        hardware(str(p))

@@ -580,6 +580,15 @@ class HardwareProfile(Frozen):
     sources: dict[str, str] = {}
     base: str | None = None
 
+    @field_validator("vendor")
+    @classmethod
+    def _vendor_name(cls, v: str) -> str:
+        """Written as the bundled profiles write it (``nvidia``, ``amd``, ``huawei``): framework
+        entries name the vendors they run on in that spelling (``Framework.vendors``)."""
+        if not v.strip():
+            raise ValueError("expected the device's vendor, e.g. nvidia, amd or huawei")
+        return v.strip().lower()
+
     @model_validator(mode="after")
     def _check(self) -> HardwareProfile:
         if DType.bf16 not in self.peak_flops:
