@@ -38,8 +38,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="LLM serving-cluster capacity planner: roofline models of prefill and decode.")
 hardware_app = typer.Typer(no_args_is_help=True, help="Hardware profiles.")
 models_app = typer.Typer(no_args_is_help=True, help="Model catalog.")
+frameworks_app = typer.Typer(no_args_is_help=True, help="Serving-engine entries (--framework, engine.framework).")
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
+app.add_typer(frameworks_app, name="frameworks")
 
 
 def _print_version(value: bool) -> None:
@@ -304,6 +306,58 @@ def models_show(name: str = typer.Argument(..., help="Catalog name or a local co
         return
     rows = [(k, str(v)) for k, v in data.items() if v not in (None, False, [], ())]
     out.print(key_value_table(f"{m.name}", rows))
+
+
+@frameworks_app.command("list")
+@_guard
+def frameworks_list(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the bundled serving-engine entries, the vendors whose devices each runs on, and each
+    vendor's default (the engine of a prediction that names none)."""
+    from rich.table import Table
+
+    from planner.catalog.frameworks import DEFAULT_FRAMEWORKS, framework, list_frameworks
+    from planner.report import out, print_json
+
+    rows = []
+    for name in list_frameworks():
+        fw = framework(name)
+        rows.append(dict(name=name, vendors=fw.vendors, default_for=[v for v, d in DEFAULT_FRAMEWORKS.items()
+                                                                     if d == name],
+                         description=fw.description))
+    if json_out:
+        print_json(rows)
+        return
+    t = Table(title="Serving engines (--framework NAME or a framework YAML file; planner frameworks show NAME)")
+    for col in ("name", "vendors", "default on", "description"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], ", ".join(r["vendors"]), ", ".join(r["default_for"]), r["description"])
+    out.print(t)
+
+
+@frameworks_app.command("show")
+@_guard
+def frameworks_show(name: str = typer.Argument(..., help="Entry name or a framework YAML file."),
+                    json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Show every figure an engine entry sets, with its source and note."""
+    from rich.table import Table
+
+    from planner.catalog.frameworks import entry_figures, framework
+    from planner.report import out, print_json
+
+    fw = framework(name)
+    rows = entry_figures(fw)
+    if json_out:
+        print_json({"name": fw.name, "vendors": fw.vendors, "description": fw.description,
+                    "figures": [dict(path=p, value=v, source=src, note=note) for p, v, src, note in rows]})
+        return
+    t = Table(title=f"{fw.name or name} ({', '.join(fw.vendors) or 'any vendor'}): {fw.description}")
+    for col in ("figure", "value (SI)", "source", "note"):
+        t.add_column(col)
+    for path, value, src, note in rows:
+        shown = f"{value:.6g}" if isinstance(value, float) else ("-" if value in ({}, "") else str(value))
+        t.add_row(path, shown, src, note)
+    out.print(t)
 
 
 @app.command()

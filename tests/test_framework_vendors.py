@@ -142,3 +142,25 @@ def test_a_profile_of_ones_own_spells_its_vendor_as_the_bundled_ones(tmp_path):
     p.write_text("base: h100-sxm\nname: myh100\ndescription: mine\nvendor: ''\n")
     with pytest.raises(InputError, match="myh100.yaml:4 vendor: expected the device's vendor"):
         hardware(str(p))
+
+
+def test_frameworks_list_and_show():
+    import json
+
+    r = runner.invoke(app, ["frameworks", "list", "--json"])
+    assert r.exit_code == 0
+    rows = {x["name"]: x for x in json.loads(r.stdout)}
+    assert set(rows) == set(_frameworks())
+    assert rows["vllm-rocm"]["vendors"] == ["amd"] and rows["vllm-rocm"]["default_for"] == ["amd"]
+    assert rows["sglang"]["default_for"] == []
+    s = runner.invoke(app, ["frameworks", "show", "vllm", "--json"])
+    figures = {f["path"]: f for f in json.loads(s.stdout)["figures"]}
+    assert figures["memory_policy.fraction"]["value"] == 0.9
+    assert figures["memory_policy.fraction"]["source"] == "vllm_memory"
+    assert figures["grouped_gemm"]["value"] == 0.78 and "PR #24700" in figures["grouped_gemm"]["source"]
+    # an inherited entry lists its base's figures with its own over them
+    g = {f["path"]: f["value"] for f in json.loads(runner.invoke(
+        app, ["frameworks", "show", "vllm-ascend-graph", "--json"]).stdout)["figures"]}
+    assert g["step_overhead"] == pytest.approx(1.2e-3) and g["eager_prefill_dispatch"] == pytest.approx(0.66e-3)
+    bad = runner.invoke(app, ["frameworks", "show", "vlm"])
+    assert bad.exit_code == 2 and "unknown framework 'vlm'" in bad.stderr

@@ -386,6 +386,33 @@ def vendor_mismatch(fw: Framework, hw: HardwareProfile) -> str:
             "to take its figures onto it")
 
 
+def list_frameworks() -> list[str]:
+    """The bundled entries' names, in the file's order."""
+    return list(_frameworks())
+
+
+def entry_figures(fw: Framework) -> list[tuple[str, object, str, str]]:
+    """``(path, value, source, note)`` of every sourced figure an entry sets, nested ones by their
+    dotted path (``memory_policy.fraction``, ``ep_bulk.16``): what ``planner frameworks show`` lists."""
+    rows: list[tuple[str, object, str, str]] = []
+
+    def sourced(x: object) -> bool:
+        return isinstance(x, dict) and ("source" in x or any(sourced(v) for v in x.values()))
+
+    def walk(path: str, x: dict) -> None:
+        if "source" in x:        # a figure, or a group of settings under one source
+            own = {k: v for k, v in x.items() if k not in ("source", "note") and not sourced(v)}
+            rows.append((path, own.get("value", own), str(x["source"]), str(x.get("note") or "")))
+        for k, v in x.items():
+            if sourced(v):
+                walk(f"{path}.{k}" if path else str(k), v)
+            elif "source" not in x and k not in ("note",):      # a setting of a group without a source
+                rows.append((f"{path}.{k}" if path else str(k), v, "", ""))
+
+    walk("", fw.model_dump(mode="json", exclude_unset=True, exclude={"name", "description", "vendors"}))
+    return rows
+
+
 def load_framework_file(path: str | Path) -> Framework:
     """A framework entry from a YAML file of its own: either the entry's fields at the top level,
     or one ``name: {description: ..., ...}`` entry as ``planner calibrate`` writes it. ``base:
