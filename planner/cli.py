@@ -136,24 +136,18 @@ def hardware_show(name: str = typer.Argument(..., help="Profile name or a YAML f
     from rich.table import Table
 
     from planner.catalog.hardware import _figures, hardware
-    from planner.report import out, print_json
+    from planner.report import figure_table, out, print_json
 
     h = hardware(name)
     if json_out:
         print_json(h.model_dump(mode="json"))
         return
-    t = Table(title=f"{h.name}: {h.description}")
-    for col in ("figure", "value (SI)", "source", "note"):
-        t.add_column(col)
-    used = set()
-    for path, fig in _figures(h):
-        t.add_row(path, f"{fig.value:.6g}", fig.source, fig.note or "")
-        used.add(fig.source)
+    rows = [(path, f"{fig.value:.6g}", fig.source, fig.note or "") for path, fig in _figures(h)]
     sweep = h.scale_up.all_reduce_sweep
     if sweep is not None:        # a measured curve, not one number: the file it is read from
-        t.add_row("scale_up.all_reduce_sweep", sweep.file, sweep.source, sweep.note or "")
-        used.add(sweep.source)
-    out.print(t)
+        rows.append(("scale_up.all_reduce_sweep", sweep.file, sweep.source, sweep.note or ""))
+    out.print(figure_table(f"{h.name}: {h.description}", rows))
+    used = {src for _, _, src, _ in rows}
     src = Table(title="Sources", show_header=False)
     for key in sorted(used):
         src.add_row(key, h.sources[key])
@@ -340,10 +334,8 @@ def frameworks_list(json_out: bool = typer.Option(False, "--json", help="Print J
 def frameworks_show(name: str = typer.Argument(..., help="Entry name or a framework YAML file."),
                     json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Show every figure an engine entry sets, with its source and note."""
-    from rich.table import Table
-
     from planner.catalog.frameworks import entry_figures, framework
-    from planner.report import out, print_json
+    from planner.report import figure_table, out, print_json
 
     fw = framework(name)
     rows = entry_figures(fw)
@@ -351,13 +343,11 @@ def frameworks_show(name: str = typer.Argument(..., help="Entry name or a framew
         print_json({"name": fw.name, "vendors": fw.vendors, "description": fw.description,
                     "figures": [dict(path=p, value=v, source=src, note=note) for p, v, src, note in rows]})
         return
-    t = Table(title=f"{fw.name or name} ({', '.join(fw.vendors) or 'any vendor'}): {fw.description}")
-    for col in ("figure", "value (SI)", "source", "note"):
-        t.add_column(col)
-    for path, value, src, note in rows:
-        shown = f"{value:.6g}" if isinstance(value, float) else ("-" if value in ({}, "") else str(value))
-        t.add_row(path, shown, src, note)
-    out.print(t)
+    def shown(value: object) -> str:
+        return f"{value:.6g}" if isinstance(value, float) else ("-" if value in ({}, "") else str(value))
+
+    out.print(figure_table(f"{fw.name or name} ({', '.join(fw.vendors) or 'any vendor'}): {fw.description}",
+                           [(path, shown(value), src, note) for path, value, src, note in rows]))
 
 
 @app.command()

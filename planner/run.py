@@ -209,9 +209,10 @@ def _framework_scheduling(engine, hardware: str) -> list[str]:
     """Notes naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)
     and the memory setting (and KV-pool cap) the scenario gives its engine, in that engine's sense
     (the default engine is the chosen ``hardware``'s)."""
-    from planner.catalog.frameworks import as_run, framework
+    from planner.catalog.frameworks import default_framework, framework
+    from planner.catalog.hardware import hardware as get_hardware
 
-    fw = framework(engine.framework or as_run(hardware).framework)
+    fw = framework(engine.framework or default_framework(get_hardware(hardware)))
     notes = []
     if engine.memory_fraction is not None:
         free = fw.memory_policy is not None and fw.memory_policy.kind == "free_fraction"

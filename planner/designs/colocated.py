@@ -15,8 +15,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import as_run
+from planner.catalog.frameworks import as_run, default_framework
 from planner.catalog.hardware import HardwareProfile
+from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
@@ -186,7 +187,8 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
                                                            free, block), workers):
                 uncapped.merge(part_light)
             if uncapped.fits:
-                engines = engine.framework or "/".join(sorted({as_run(h).framework or "" for h in hardware}))
+                defaults = {default_framework(get_hardware(h)) for h in hardware}
+                engines = engine.framework or "/".join(sorted(defaults))
                 raise InfeasibleError(
                     f"{engines} allocates the KV pool the launch caps as given "
                     f"(engine.kv_pool_tokens {engine.kv_pool_tokens:,}; vLLM --num-gpu-blocks-override), more tokens "

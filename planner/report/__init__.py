@@ -63,6 +63,19 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     return f"{value:.{digits}g} {unit}"
 
 
+def figure_table(title: str, rows: list[tuple[str, str, str, str]]):
+    """A catalog entry's sourced figures: ``(figure path, value as shown, source, note)`` per row
+    (``hardware show``, ``frameworks show``)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("figure", "value (SI)", "source", "note"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def key_value_table(title: str, rows: list[tuple[str, str]]):
     from rich.table import Table
 
