@@ -14,6 +14,7 @@ from planner.errors import PlannerError
 def check_scenario(scn: Any) -> None:
     """Raise a located ``ValueError`` for the first cross-section problem of ``scn``."""
     _check_design_names(scn)
+    _check_one_engine(scn)
     _check_framework_vendors(scn)
     _check_design_machines(scn)
     _check_something_to_evaluate(scn)
@@ -22,17 +23,20 @@ def check_scenario(scn: Any) -> None:
     _check_context(scn)
     _check_draft(scn)
     _check_state_dtype(scn)
-    _check_memory_fraction(scn)
+    _check_prfaas_engine(scn)
 
 
-def _check_memory_fraction(scn: Any) -> None:
-    """PrfaaS sites run the planner's default engine (``designs.prfaas``), not the scenario's: a
-    memory setting or KV-pool cap there would be ignored."""
-    for field in ("memory_fraction", "kv_pool_tokens"):
-        if getattr(scn.engine, field) is not None and scn.design.type == "prfaas":
-            raise located(f"engine.{field}", "a prfaas design runs every site on the planner's default engine "
-                          "at that engine's memory setting and does not read the scenario's engine section, so "
-                          "this would be ignored; remove it")
+def _check_prfaas_engine(scn: Any) -> None:
+    """PrfaaS sites run the planner's default engine (``designs.prfaas``), not the scenario's: of
+    the engine section it reads only the recurrent-state format (``state_dtype``, set on the
+    model), so any other field given there would be ignored."""
+    if scn.design.type != "prfaas":
+        return
+    ignored = sorted(set(scn.engine.model_fields_set) - {"state_dtype"}, key=lambda f: (f != "framework", f))
+    if ignored:
+        raise located(f"engine.{ignored[0]}", "a prfaas design runs every site on the planner's default engine "
+                      "(each vendor's vLLM, unbounded batch) and reads only engine.state_dtype from the engine "
+                      "section, so this would be ignored; remove it")
 
 
 def _check_state_dtype(scn: Any) -> None:
@@ -100,6 +104,19 @@ def _check_design_names(scn: Any) -> None:
             lookup[key](value)
         except PlannerError as e:
             raise located(path, str(e)) from None
+
+
+def _check_one_engine(scn: Any) -> None:
+    """A design that names the engine its machines run (``design.framework``) runs the one
+    ``engine.framework`` names where it names none (``pool_physics.engine_named``); two different
+    names would leave one of them unread."""
+    named = scn.engine.framework
+    if named is None:
+        return
+    for path, key, value in _design_strings(scn):
+        if key == "framework" and value != named:
+            raise located(path, f"engine.framework is {named} but this is {value}: one engine runs the design's "
+                          "machines; name it in one place (or the same in both)")
 
 
 def _check_framework_vendors(scn: Any) -> None:

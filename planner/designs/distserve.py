@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
 from planner.checks import Degrees
-from planner.designs.pool_physics import machine_hw, prompt_service
+from planner.designs.pool_physics import engine_named, machine_hw, prompt_service
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
 from planner.normal import cdf as ndtr
@@ -177,6 +177,7 @@ def plan_distserve(model: ModelSpec, spec: DistServeSpec, workload: Workload, sl
         raise InputError("design distserve needs slo.ttft_s and slo.tpot_s bounds (goodput counts requests meeting "
                          "both)")
     ttft, tpot = th["ttft_s"], th["tpot_s"]
+    spec = engine_named(spec, engine)
     target = slo.attainment if slo.attainment is not None else spec.attainment
     hw = machine_hw(spec.hardware, spec.framework, 1.0, engine.memory_fraction, engine.kv_pool_tokens)
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype

@@ -275,6 +275,9 @@ def _load(spec: PolcaSpec, server: _ServerModel, capacity: float, steps_default:
 
 
 def plan_polca(model: ModelSpec, spec: PolcaSpec, workload: Workload, engine: Engine, name: str) -> PolcaResult:
+    from planner.designs.pool_physics import engine_named
+
+    spec = engine_named(spec, engine)
     hw = as_run(spec.hardware, spec.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     if not spec.t1 + spec.hysteresis < spec.t2 < 1:
         raise InputError(f"thresholds must satisfy t1 + hysteresis < t2 < 1, got t1={spec.t1}, "

@@ -13,9 +13,26 @@ from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
 from planner.perf.power import apply_power_cap
-from planner.serving.batching import Iteration, iteration
+from planner.serving.batching import Engine, Iteration, iteration
 from planner.serving.slo import PERCENTILES
 from planner.serving.workload import Workload, weighted_quantile
+
+
+def engine_named(spec, engine: Engine):
+    """``spec`` (a design whose ``framework`` is the engine entry its machines run: Splitwise,
+    DistServe, POLCA) with ``engine.framework`` filled in where the design names none, so that
+    the machines run the engine whose scheduler knobs the scenario's ``engine`` section carries
+    (they ran the vendor's default entry under another engine's scheduler). Both named and
+    different is an ``InputError``: one engine runs the machines."""
+    from planner.errors import InputError
+
+    named = engine.framework
+    if named is None or spec.framework == named:
+        return spec
+    if spec.framework is None:
+        return spec.model_copy(update={"framework": named})
+    raise InputError(f"engine.framework is {named} but design.framework is {spec.framework}: one engine runs the "
+                     "design's machines; name it in one place (or the same in both)")
 
 
 def machine_hw(name: str, fw: str | None, cap: float = 1.0, memory_fraction: float | None = None,

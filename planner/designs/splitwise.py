@@ -19,7 +19,7 @@ from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
 from planner.designs.kv_cache import KVCacheSpec
 from planner.designs.mixed_pool import best_roles, evaluate_mixed, machine_key, machine_types, pool_of
-from planner.designs.pool_physics import machine_hw
+from planner.designs.pool_physics import engine_named, machine_hw
 from planner.designs.splitwise_pools import (
     PoolMetrics,
     evaluate_colocated,
@@ -53,6 +53,7 @@ def evaluate_splitwise(model: ModelSpec, d: Candidate, spec: SplitwiseSpec, work
                        kv_cache: KVCacheSpec | None = None) -> PoolMetrics:
     """Design ``d`` at its largest SLO-meeting rate: its own pools (``splitwise_pools.evaluate_pools``)
     and, with ``spec.mixed_pool``, the rate the mixed pool reaches by borrowing machines across them."""
+    spec = engine_named(spec, engine)
     row = evaluate_pools(model, d, spec, workload, slo, engine, dtypes, usd_per_h, kv_cache)
     if not spec.mixed_pool:
         return row
@@ -77,6 +78,7 @@ def plan_splitwise(model: ModelSpec, spec: SplitwiseSpec, workload: Workload, sl
                    usd_per_h: dict[str, float], name: str, kv_cache: KVCacheSpec | None = None) -> SplitwiseResult:
     """Every baseline and design at its largest SLO-meeting rate; a session workload's hit rate is
     each row's own, from the KV tiers of its prefilling machines at the workload's session rate."""
+    spec = engine_named(spec, engine)
     kv = DType.bf16 if spec.weight_dtype.bytes < 2 else spec.weight_dtype
     dtypes = DTypes(weight=spec.weight_dtype, kv=kv)
     stats = length_stats(workload)
