@@ -126,17 +126,20 @@ class Scenario(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _design_framework_schedules(cls, data: Any) -> Any:
-        """A design that names its framework (``design.framework``: Splitwise, POLCA, DistServe)
-        runs that engine's scheduler too, unless ``engine.framework`` names one itself: the
-        entry's knobs fill those the ``engine`` section does not give."""
+        """A design that names its framework (``design.framework``: Splitwise, POLCA, DistServe;
+        a horizon's ``design.splitwise.framework``) runs that engine's scheduler too, unless
+        ``engine.framework`` names one itself: the entry's knobs fill those the ``engine``
+        section does not give."""
         from planner.serving.batching import with_framework_knobs
 
         if not isinstance(data, dict) or not isinstance(data.get("design"), dict):
             return data
-        engine = data.get("engine")
+        engine, design = data.get("engine"), data["design"]
         if isinstance(engine, dict) and engine.get("framework") is not None:
             return data
-        merged = with_framework_knobs(engine, data["design"].get("framework"))
+        inner = design.get("splitwise")           # a horizon's Splitwise pools name theirs in their section
+        named = design.get("framework") or (inner.get("framework") if isinstance(inner, dict) else None)
+        merged = with_framework_knobs(engine, named)
         return data if merged is engine else {**data, "engine": merged}
 
     @model_validator(mode="after")

@@ -78,3 +78,14 @@ def test_prfaas_refuses_engine_fields_it_does_not_read(tmp_path):
             planner.load_scenario(path)
     path.write_text(yaml.safe_dump(dict(data, engine={"state_dtype": "bf16"})))      # the one it reads
     assert planner.load_scenario(path).engine.state_dtype == "bf16"
+
+
+def test_a_horizons_splitwise_framework_schedules_too(tmp_path):
+    """A horizon's Splitwise pools name their engine in their own section: its scheduler knobs
+    apply as a top-level design framework's do (SGLang: prompt iterations without decodes)."""
+    data = yaml.safe_load((Path(__file__).parent / "data" / "horizon-splitwise.yaml").read_text())
+    assert planner.load_scenario(Path(__file__).parent / "data" / "horizon-splitwise.yaml").engine.mixed_prefill
+    data["design"]["splitwise"]["framework"] = "sglang"
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert planner.load_scenario(path).engine.mixed_prefill is False
