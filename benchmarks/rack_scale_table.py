@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import planner
-from planner.catalog.frameworks import as_run
 from planner.scenario import load_scenario
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "deepseek-v3-rack-scale.yaml"
@@ -32,8 +31,7 @@ def main() -> None:
         r = planner.run_scenario(one)
         b, q = r.best, r.prices[0]
         per_dev = b.max_rate_per_instance * b.instances * r.mean_output_tokens / b.accelerators
-        engine = fw or as_run(hw).framework
-        print(f"| {hw} ({engine}) | {b.instances} x tp{b.tp} ep{b.ep} {b.weight_dtype} | {b.accelerators} | "
+        print(f"| {hw} ({b.engine}) | {b.instances} x tp{b.tp} ep{b.ep} {b.weight_dtype} | {b.accelerators} | "
               f"{b.usd_per_h:.1f} | {b.usd_per_million_output_tokens:.3f} | {per_dev:.0f} | "
               f"{b.ttft_s['p90'] * 1e3:.0f} ms | {b.tpot_s['p90'] * 1e3:.1f} ms | {b.binding} | ${q.usd_per_h:.2f} "
               f"{q.purchase}{' ' + q.provider if q.provider else ''}{' ' + q.date if q.date else ''} |")

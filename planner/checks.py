@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from planner.errors import InputError
 from planner.units import MAX_DEGREE
@@ -82,6 +82,30 @@ def _positive_ints(v: list[int]) -> list[int]:
 
 
 Degrees = Annotated[list[int], AfterValidator(_positive_ints)]
+
+
+def _framework_choice(v):
+    """``frameworks.checked_choice``, the catalog imported only where a framework is given."""
+    if v is None:
+        return v
+    from planner.catalog.frameworks import checked_choice
+
+    return checked_choice(v)
+
+
+def _framework_shape(v):
+    """One message for a value of neither shape (pydantic's names each branch of the union)."""
+    if v is None or isinstance(v, str) or (isinstance(v, dict) and all(
+            isinstance(k, str) and isinstance(x, str) for k, x in v.items())):
+        return v
+    raise ValueError(f"expected a framework name (or file), or a mapping from vendor or hardware names to "
+                     f"framework names, got {v!r:.80}")
+
+
+# an engine as a scenario names it (engine.framework, a design's framework): one framework entry
+# (catalog name or YAML path) for every device, or a mapping from a vendor or a hardware name to one
+FrameworkChoice = Annotated[str | dict[str, str] | None, BeforeValidator(_framework_shape),
+                            AfterValidator(_framework_choice)]
 """Parallel degrees to try (TP, EP or PP of a search): a non-empty list of 1 to ``MAX_DEGREE``."""
 
 

@@ -616,7 +616,8 @@ def sessions(scenario: str = typer.Argument(..., help="Scenario YAML with a sess
         check_plan_outputs(scenario, scn, None, plot)   # before the work: folder, suffix, not an input
         _pyplot()
     result = run_scenario(scn)
-    curve = capacity_curve(get_model(scn.model), result.best, scn.workload, scn.kv_cache or KVCacheSpec())
+    curve = capacity_curve(get_model(scn.model), result.best, scn.workload, scn.kv_cache or KVCacheSpec(),
+                           engine=scn.engine)
     if json_out:
         print_json({"plan": result.model_dump(mode="json"), "curve": curve.model_dump(mode="json")})
     else:

@@ -16,11 +16,11 @@ from planner.catalog.derate import performance_at
 MEDIAN = 0.5
 
 
-def _framework(scn) -> str | None:
-    """The serving framework the scenario names, if any (its band regime)."""
+def _framework(scn) -> str | dict[str, str] | None:
+    """The serving framework the scenario names, if any (its band regime; a mapping: by device)."""
     for holder in (scn.engine, scn.design):
         name = getattr(holder, "framework", None)
-        if isinstance(name, str):
+        if name is not None:
             return name
     return None
 

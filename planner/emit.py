@@ -160,17 +160,18 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     from planner.perf.parallel import Layout, on_dies
 
     b = result.best
-    m = scn.engine.model_as_run(model(scn.model))
-    hw = as_run(hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware)),
-                scn.engine.framework, None, scn.engine.memory_fraction, scn.engine.kv_pool_tokens)
+    profile = hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware))
+    engine = scn.engine.on(profile)          # the engine the plan ran on that device
+    m = engine.model_as_run(model(scn.model))
+    hw = as_run(profile, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     lay = Layout.of(b.tp, b.ep, b.pp)
     dtypes = resolve_dtypes(m, b.weight_dtype, b.kv_dtype)
-    kv = float(free_kv_bytes_device(m, hw, lay, dtypes, scn.engine.speculation))
+    kv = float(free_kv_bytes_device(m, hw, lay, dtypes, engine.speculation))
     # engine ranks: one per die (an Ascend 910C package runs as 2), as the roofline times them
     ranks = on_dies(hw, lay)[1]
     cap = hw.memory.capacity.value
     if hw.memory_policy.kind == "total_fraction":           # capacity - weights - workspace
-        f = float(np.ravel(engine_fraction(hw, ranks, scn.engine.speculation))[0])
+        f = float(np.ravel(engine_fraction(hw, ranks, engine.speculation))[0])
         after_weights, mem_util = kv + (1 - f) * cap, f
     else:
         f = hw.memory_policy.fraction.value
@@ -191,14 +192,14 @@ def _engine_plan(result: Any, scn: Any) -> dict:
         name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),
         model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
         ranks=int(ranks.stage_devices), rank_tp=rank_tp, rank_dp=rank_dp, rank_ep=rank_ep,
-        mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3), state=scn.engine.state_dtype,
+        mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3), state=engine.state_dtype,
         max_num_seqs=b.max_num_seqs,
         # what the whole instance admits, as the planner assumed it (engine.limits_scope), over its
         # engine ranks (one per die)
-        instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=scn.engine.instance_limits(rank_dp, hw)[1],
-        chunked=scn.engine.chunked_prefill, mixed=scn.engine.mixed_prefill,
-        delay_passes=scn.engine.prefill_delay_passes,
-        pool_cap=scn.engine.kv_pool_tokens, memory_tokens=memory_tokens, page=int(page.value) if page else 1,
+        instance_seqs=b.max_num_seqs * rank_dp, instance_tokens=engine.instance_limits(rank_dp, hw)[1],
+        chunked=engine.chunked_prefill, mixed=engine.mixed_prefill,
+        delay_passes=engine.prefill_delay_passes,
+        pool_cap=engine.kv_pool_tokens, memory_tokens=memory_tokens, page=int(page.value) if page else 1,
         longest=int(np.max(np.add(*scn.workload.joint_support()[:2]))))
 
 

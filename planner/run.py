@@ -191,6 +191,7 @@ def _device_limits(engine, hardware: str) -> list[str]:
     scenario gives none (``Engine.batch_limits``: vLLM's budget below 70 GiB, SGLang's chunk)."""
     from planner.catalog.frameworks import as_run
 
+    engine = engine.on(hardware)
     hw = as_run(hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     picked = engine.device_picks(hw)
     if not picked:
@@ -209,10 +210,11 @@ def _framework_scheduling(engine, hardware: str) -> list[str]:
     """Notes naming the scheduler knobs the engine's framework entry sets (``Framework.engine_knobs``)
     and the memory setting (and KV-pool cap) the scenario gives its engine, in that engine's sense
     (the default engine is the chosen ``hardware``'s)."""
-    from planner.catalog.frameworks import default_framework, framework
+    from planner.catalog.frameworks import engine_name, framework
     from planner.catalog.hardware import hardware as get_hardware
 
-    fw = framework(engine.framework or default_framework(get_hardware(hardware)))
+    engine = engine.on(hardware)
+    fw = framework(engine_name(engine.framework, get_hardware(hardware)))
     notes = []
     if engine.memory_fraction is not None:
         free = fw.memory_policy is not None and fw.memory_policy.kind == "free_fraction"

@@ -40,6 +40,16 @@ def _resolve(value: str, info: ValidationInfo) -> str:
     return value
 
 
+def _framework_paths(choice: Any, info: ValidationInfo) -> Any:
+    """A framework choice (a name or file, or a mapping to them) with its files relative to the
+    scenario's folder (``_resolve``)."""
+    if isinstance(choice, str):
+        return _resolve(choice, info)
+    if isinstance(choice, dict):
+        return {k: _resolve(v, info) if isinstance(v, str) else v for k, v in choice.items()}
+    return choice
+
+
 class SearchSpace(Frozen):
     """Candidates to evaluate: every hardware x layout x weight dtype."""
 
@@ -125,22 +135,37 @@ class Scenario(Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _design_framework_schedules(cls, data: Any) -> Any:
-        """A design that names its framework (``design.framework``: Splitwise, POLCA, DistServe;
-        a horizon's ``design.splitwise.framework``) runs that engine's scheduler too, unless
-        ``engine.framework`` names one itself: the entry's knobs fill those the ``engine``
-        section does not give."""
-        from planner.serving.batching import with_framework_knobs
+    def _one_engine(cls, data: Any, info: ValidationInfo) -> Any:
+        """A framework file named in the scenario (``engine.framework``, a design's ``framework``,
+        a mapping's values) is read relative to the scenario's folder, as the model is. A design
+        that names the engine its machines run (``design.framework``: Splitwise, POLCA, DistServe;
+        a horizon's ``design.splitwise.framework``) names the scenario's engine, unless
+        ``engine.framework`` names one itself (two different names are refused:
+        ``scenario_checks``): its scheduler knobs fill those the ``engine`` section does not give."""
+        from planner.catalog.frameworks import checked_choice
 
-        if not isinstance(data, dict) or not isinstance(data.get("design"), dict):
+        if not isinstance(data, dict):
             return data
-        engine, design = data.get("engine"), data["design"]
+        data = dict(data)
+        engine, design = data.get("engine"), data.get("design")
         if isinstance(engine, dict) and engine.get("framework") is not None:
+            engine = data["engine"] = {**engine, "framework": _framework_paths(engine["framework"], info)}
+        if not isinstance(design, dict):
             return data
-        inner = design.get("splitwise")           # a horizon's Splitwise pools name theirs in their section
+        design = data["design"] = dict(design)
+        if design.get("framework") is not None:
+            design["framework"] = _framework_paths(design["framework"], info)
+        inner = design.get("splitwise")              # a horizon's Splitwise pools name theirs there
+        if isinstance(inner, dict) and inner.get("framework") is not None:
+            inner = design["splitwise"] = {**inner, "framework": _framework_paths(inner["framework"], info)}
+        if engine is not None and not isinstance(engine, dict) or (engine or {}).get("framework") is not None:
+            return data
         named = design.get("framework") or (inner.get("framework") if isinstance(inner, dict) else None)
-        merged = with_framework_knobs(engine, named)
-        return data if merged is engine else {**data, "engine": merged}
+        try:                                # a bad name is blamed where it is written, by the design
+            checked_choice(named)
+        except (ValueError, TypeError, AttributeError):
+            return data
+        return data if named is None else {**data, "engine": {**(engine or {}), "framework": named}}
 
     @model_validator(mode="after")
     def _design_needs(self) -> Scenario:

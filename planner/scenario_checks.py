@@ -106,40 +106,60 @@ def _check_design_names(scn: Any) -> None:
             raise located(path, str(e)) from None
 
 
+def _design_frameworks(scn: Any) -> list[tuple[str, Any]]:
+    """(dotted path, choice) of the engine the design names for its machines: ``design.framework``
+    (Splitwise, POLCA, DistServe) or a horizon's ``design.splitwise.framework``."""
+    out = [("design.framework", getattr(scn.design, "framework", None))]
+    inner = getattr(scn.design, "splitwise", None)
+    out.append(("design.splitwise.framework", getattr(inner, "framework", None)))
+    return [(path, choice) for path, choice in out if choice is not None]
+
+
 def _check_one_engine(scn: Any) -> None:
-    """A design that names the engine its machines run (``design.framework``) runs the one
-    ``engine.framework`` names where it names none (``pool_physics.engine_named``); two different
-    names would leave one of them unread."""
+    """A design that names the engine its machines run names the scenario's engine where
+    ``engine.framework`` names none (``Scenario._one_engine``); two different ones would leave one
+    unread."""
     named = scn.engine.framework
-    if named is None:
-        return
-    for path, key, value in _design_strings(scn):
-        if key == "framework" and value != named:
-            raise located(path, f"engine.framework is {named} but this is {value}: one engine runs the design's "
+    for path, choice in _design_frameworks(scn):
+        if choice != named:
+            raise located(path, f"engine.framework is {named} but this is {choice}: one engine runs the design's "
                           "machines; name it in one place (or the same in both)")
 
 
 def _check_framework_vendors(scn: Any) -> None:
     """A framework the scenario names must run on every device it may be applied to
-    (``frameworks.vendor_mismatch``): refused at the field before any candidate is evaluated."""
-    from planner.catalog.frameworks import framework, vendor_mismatch
+    (``frameworks.vendor_mismatch``), and a mapping's keys must name a vendor or a device the
+    scenario uses: refused at the field (the mapping's key) before any candidate is evaluated."""
+    from planner.catalog.frameworks import framework, framework_for, vendor_mismatch
     from planner.catalog.hardware import hardware
 
-    named = [("engine.framework", scn.engine.framework)]
-    named += [(path, v) for path, k, v in _design_strings(scn) if k == "framework"]
     devices = []
     for spelling in _used_hardware(scn).values():
         try:
             devices.append(hardware(spelling))
         except PlannerError:          # an unknown name is blamed where it is written
             continue
-    for path, name in named:
-        if name is None:
+    vendors = sorted({d.vendor for d in devices})
+    names = sorted({d.name for d in devices})
+    # the design's first: where it names the engine, engine.framework is a copy of it
+    for path, choice in [*_design_frameworks(scn), ("engine.framework", scn.engine.framework)]:
+        if choice is None:
             continue
-        fw = framework(name)
+        if isinstance(choice, dict):
+            for key in choice:
+                if key not in vendors and key not in names and devices:
+                    close = difflib.get_close_matches(key, [*vendors, *names], n=1, cutoff=0.6)
+                    raise located(f"{path}.{key}", f"names neither a vendor ({', '.join(vendors)}) nor a device "
+                                  f"({', '.join(names)}) of this scenario, so it would be ignored"
+                                  + (f"; did you mean {close[0]!r}?" if close else ""))
         for hw in devices:
-            if why := vendor_mismatch(fw, hw):
-                vendors = {d.vendor for d in devices}
+            name = framework_for(choice, hw)
+            if name is None:
+                continue
+            if why := vendor_mismatch(framework(name), hw):
+                if isinstance(choice, dict):
+                    raise located(f"{path}.{hw.name if hw.name in choice else hw.vendor}",
+                                  f"{why}; or drop this key: {hw.name} then runs its vendor's default")
                 raise located(path, why + ("" if len(vendors) == 1 else
                                            "; or leave it unset: each device then runs its own vendor's default"))
 

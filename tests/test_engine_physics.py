@@ -194,6 +194,7 @@ def test_an_engine_naming_its_framework_schedules_as_that_framework(tmp_path):
     DistServe) does the same for an engine that names none; vLLM's knobs are the defaults."""
     from pathlib import Path
 
+    from planner.errors import InputError
     from planner.run import _framework_scheduling
     from planner.scenario import load_scenario
     from planner.serving.batching import Engine
@@ -215,10 +216,15 @@ def test_an_engine_naming_its_framework_schedules_as_that_framework(tmp_path):
     text = bundled.read_text()
     assert "max_num_seqs" not in text and "framework: vllm-2023" in text
     assert load_scenario(bundled).engine.max_num_seqs == 256   # vLLM's 2023 default, from the design's framework
+    assert load_scenario(bundled).engine.framework == "vllm-2023"       # the design names the scenario's engine
     own = tmp_path / "s.yaml"
     own.write_text(text.replace("engine: {chunked_prefill: false}",
                                 "engine: {chunked_prefill: false, framework: vllm}"))
-    assert load_scenario(own).engine.max_num_seqs == default.max_num_seqs   # the engine's own framework rules
+    with pytest.raises(InputError, match="one engine runs the design's machines"):     # two engines: which?
+        load_scenario(own)
+    own.write_text(text.replace("engine: {chunked_prefill: false}",
+                                "engine: {chunked_prefill: false, framework: vllm-2023, max_num_seqs: 64}"))
+    assert load_scenario(own).engine.max_num_seqs == 64                # what the engine section gives rules
 
 
 def test_a_layout_without_all_to_all_costs_the_same_beside_one_with_it():

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 @dataclass
 class Quantile:
     confidence: float
-    framework: str | None
+    framework: str | dict[str, str] | None     # the scenario's engine (a mapping: by device name or vendor)
     factors: dict[str, dict[str, float]] = field(default_factory=dict)    # profile -> {compute, other}
     _cache: dict[str, HardwareProfile] = field(default_factory=dict)
 
@@ -38,7 +38,7 @@ _ACTIVE: ContextVar[Quantile | None] = ContextVar("planner_performance_quantile"
 
 
 @contextmanager
-def performance_at(confidence: float, framework: str | None = None) -> Iterator[Quantile]:
+def performance_at(confidence: float, framework: str | dict[str, str] | None = None) -> Iterator[Quantile]:
     """Resolve hardware at the ``confidence`` quantile of the bands; yields the record of the
     factors applied to each profile."""
     q = Quantile(confidence, framework)
@@ -91,7 +91,9 @@ def active(hw: HardwareProfile) -> HardwareProfile:
     if q is None:
         return hw
     if hw.name not in q._cache:
-        f = slowdowns(hw.vendor, q.framework, q.confidence)
+        from planner.catalog.frameworks import framework_for
+
+        f = slowdowns(hw.vendor, framework_for(q.framework, hw), q.confidence)
         q.factors[hw.name] = f
         q._cache[hw.name] = hw if f["compute"] == f["other"] == 1.0 else derate(hw, f["compute"], f["other"])
     return q._cache[hw.name]

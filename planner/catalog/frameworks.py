@@ -6,6 +6,7 @@ attention-DP replica or for the whole instance, how it places requests on those 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from numbers import Integral
 from pathlib import Path
@@ -28,7 +29,7 @@ from planner.catalog.hardware import (
     is_bundled_hardware,
     list_hardware,
 )
-from planner.errors import InputError, unknown_name
+from planner.errors import InputError, PlannerError, unknown_name
 from planner.frozen import Frozen
 from planner.units import parse_quantity
 from planner.yamlio import load_yaml, validation_error
@@ -447,10 +448,58 @@ def framework(name: str | Framework) -> Framework:
     return fws[name]
 
 
-def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> HardwareProfile:
-    """``hw`` as the named engine sees it. A profile a framework was already applied to is
-    returned as is unless another framework is named; a bare profile gets its vendor's default
-    (``default_framework``). An engine of another vendor's devices is refused (``vendor_mismatch``)."""
+FrameworkChoice = str | dict[str, str] | None   # one entry for every device, or a mapping by vendor / device
+
+
+def checked_choice(v: FrameworkChoice) -> FrameworkChoice:
+    """``v`` as a scenario gives an engine (``engine.framework``, a design's ``framework``): each
+    catalog name must exist (did-you-mean otherwise; a YAML path is read where it is used); a
+    mapping's keys are read in the catalog's spelling (stripped, lower case) and must be distinct.
+    Whether the keys name a vendor or device the scenario uses is checked with the scenario
+    (``scenario_checks``). A ``ValueError`` (a validator's) for a bad one."""
+    if v is None:
+        return v
+    from planner.checks import located
+
+    for key, name in v.items() if isinstance(v, dict) else [(None, v)]:
+        if not name.endswith((".yaml", ".yml")):
+            try:
+                framework(name)
+            except PlannerError as e:
+                raise (ValueError(str(e)) if key is None else located(str(key), str(e))) from None
+    if not isinstance(v, dict):
+        return v
+    keys = [k.strip().lower() for k in v]
+    if not v or not all(keys) or len(set(keys)) < len(keys):
+        raise ValueError(f"a framework mapping needs distinct vendor or hardware names as keys, got {sorted(v)}")
+    return dict(zip(keys, v.values(), strict=True))
+
+
+def framework_for(choice: str | Framework | Mapping[str, str] | None, hw: HardwareProfile) -> str | Framework | None:
+    """The engine ``choice`` names for device ``hw``: one name (or entry) for every device, or a
+    mapping from a profile name or a vendor to a name (``engine.framework: {nvidia: sglang,
+    mi300x: vllm-rocm-mlperf}``), the profile's name before its vendor; None where the mapping
+    names neither (the vendor's default, ``default_framework``)."""
+    if not isinstance(choice, Mapping):
+        return choice
+    return choice.get(hw.name, choice.get(hw.vendor))
+
+
+def engine_name(choice: str | Framework | Mapping[str, str] | None, hw: HardwareProfile) -> str:
+    """The name of the engine ``choice`` runs on ``hw`` (``framework_for``), its vendor's default
+    where it names none: what an output names beside the device."""
+    named = framework_for(choice, hw)
+    if named is None:
+        return default_framework(hw)
+    return named if isinstance(named, str) else named.name or "custom"
+
+
+def with_framework(hw: HardwareProfile, name: str | Framework | Mapping[str, str] | None = None) -> HardwareProfile:
+    """``hw`` as the named engine sees it (a mapping by device: ``framework_for``). A profile a
+    framework was already applied to is returned as is unless another framework is named; a bare
+    profile gets its vendor's default (``default_framework``). An engine of another vendor's
+    devices is refused (``vendor_mismatch``)."""
+    name = framework_for(name, hw)
     if name is None:
         return hw if hw.framework else framework(default_framework(hw)).apply(hw)
     fw = framework(name)
@@ -461,7 +510,7 @@ def with_framework(hw: HardwareProfile, name: str | Framework | None = None) -> 
     return fw.apply(hw)
 
 
-def as_run(hardware: str | HardwareProfile, framework: str | Framework | None = None,
+def as_run(hardware: str | HardwareProfile, framework: str | Framework | Mapping[str, str] | None = None,
            state_dtype: str | DType | None = None, memory_fraction: float | None = None,
            kv_pool_tokens: int | None = None) -> HardwareProfile:
     """The profile (a name, YAML path or profile) as one engine run sees it: ``framework``'s entry

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import as_run, default_framework
+from planner.catalog.frameworks import as_run, engine_name
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
@@ -50,6 +50,7 @@ class Deployment(BaseModel):
     weight_dtype: str
     kv_dtype: str
     state_dtype: str | None = None    # linear-attention recurrent states (None: the model keeps none)
+    engine: str | None = None         # the framework entry it runs (engine.framework, or its vendor's default)
     instances: int
     accelerators: int
     rate_per_instance: float
@@ -187,8 +188,7 @@ def search_colocated(model: ModelSpec, workload: Workload, slo: SLO, engine: Eng
                                                            free, block), workers):
                 uncapped.merge(part_light)
             if uncapped.fits:
-                defaults = {default_framework(get_hardware(h)) for h in hardware}
-                engines = engine.framework or "/".join(sorted(defaults))
+                engines = "/".join(sorted({engine_name(engine.framework, get_hardware(h)) for h in hardware}))
                 raise InfeasibleError(
                     f"{engines} allocates the KV pool the launch caps as given "
                     f"(engine.kv_pool_tokens {engine.kv_pool_tokens:,}; vLLM --num-gpu-blocks-override), more tokens "
@@ -321,7 +321,7 @@ def _deployment(ev: _Evaluated, i: int, k: int, rate: float, slo: SLO, cost: Cos
     replicas = dp_ranks(hw, Layout.of(ev.lay.tp[i], ev.lay.ep[i], ev.lay.pp[i]))
     return Deployment(
         hardware=hw.name, tp=int(ev.lay.tp[i]), ep=int(ev.lay.ep[i]), pp=int(ev.lay.pp[i]),
-        weight_dtype=ev.dtypes.weight.value, kv_dtype=ev.dtypes.kv.value,
+        weight_dtype=ev.dtypes.weight.value, kv_dtype=ev.dtypes.kv.value, engine=hw.framework,
         state_dtype=getattr(states_format(model, hw.efficiency), "value", None), instances=k,
         accelerators=accelerators, rate_per_instance=r,
         max_rate_per_instance=float(np.where(ev.ok[i], c.rate[i], -np.inf).max()),

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.catalog.dtypes import DType
 from planner.catalog.model import ModelSpec
-from planner.checks import Degrees
+from planner.checks import Degrees, FrameworkChoice
 from planner.designs.pool_physics import engine_named, machine_hw, prompt_service
 from planner.errors import InfeasibleError
 from planner.frozen import Frozen
@@ -60,7 +60,8 @@ class PhaseSpace(Frozen):
 class DistServeSpec(Frozen):
     type: Literal["distserve"] = "distserve"
     hardware: str = Field(description="accelerator of every instance")
-    framework: str | None = Field(None, description="engine entry applied to the hardware (e.g. vllm-2023)")
+    framework: FrameworkChoice = Field(None, description="engine entry applied to the hardware (e.g. vllm-2023); "
+                                       "default: engine.framework")
     weight_dtype: DType = DType.bf16
     gpus_per_node: int = Field(8, ge=1, le=512, description="GPUs a node (one scale-up domain) holds")
     cross_node_gbps: float | None = Field(None, gt=0, description="cross-node bandwidth per node, Gb/s per "

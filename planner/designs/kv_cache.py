@@ -19,8 +19,8 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
-from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.kv_tiers import TierName
 from planner.catalog.model import ModelSpec
 from planner.designs.colocated import Deployment, plan_colocated, rescaled
@@ -30,6 +30,7 @@ from planner.perf.estimate import resolve_dtypes
 from planner.perf.kv_tiers import Tier, instance_tiers
 from planner.perf.ops import DTypes
 from planner.perf.parallel import Layout
+from planner.serving.batching import Engine
 from planner.serving.cache_sim import BLOCK_TOKENS, replay
 from planner.serving.prefix_cache import (
     ReuseProfile,
@@ -127,7 +128,7 @@ def plan_with_cache(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSp
     deployments = [r[0] for r in results]
     best, (hit, times), evals = results[0]
     w = with_hits(workload, hit, times)
-    return deployments, w, cache_report(model, best, w, spec, profile, evals)
+    return deployments, w, cache_report(model, best, w, spec, profile, evals, plan_args.get("engine"))
 
 
 def _single_candidates(plan_args: dict):
@@ -148,7 +149,7 @@ def _fixed_point(model: ModelSpec, workload: SessionWorkload, spec: KVCacheSpec,
     evals: dict[int, tuple[float, tuple[TierTime, ...], Deployment | None]] = {}
 
     def holds(k: int) -> bool:
-        hit, times = _hit(model, ref, workload, spec, profile, k)
+        hit, times = _hit(model, ref, workload, spec, profile, k, plan_args.get("engine"))
         try:
             best = plan(hit, times)[0]
         except InfeasibleError:
@@ -189,9 +190,9 @@ def tier_times(p: ReuseProfile, tiers: list[Tier], inclusive: bool) -> tuple[Tie
 
 
 def _hit(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
-         k: int) -> tuple[float, tuple[TierTime, ...]]:
+         k: int, engine: Engine | None = None) -> tuple[float, tuple[TierTime, ...]]:
     """Hit rate and tier times of ``d``'s tiers with ``k`` instances."""
-    tiers = deployment_tiers(model, d, w, spec)
+    tiers = deployment_tiers(model, d, w, spec, engine=engine)
     p = profile.at_rate(w.session_rate / k)
     return float(hit_rate(p, spec.reach_tokens(tiers))[0]), tier_times(p, tiers, spec.inclusive)
 
@@ -201,8 +202,12 @@ def _think(w: SessionWorkload):
 
 
 def deployment_tiers(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec,
-                     capacity: dict[str, float] | None = None) -> list[Tier]:
-    hw = get_hardware(d.hardware)
+                     capacity: dict[str, float] | None = None, engine: Engine | None = None) -> list[Tier]:
+    """The KV tiers of one instance of ``d``, its HBM tier what the KV pool holds beyond the running
+    sequences on the device as ``engine`` runs it (entry, memory setting and KV-pool cap: ``as_run``;
+    none: the vendor's default engine), as the search sized it."""
+    e = engine or Engine()
+    hw = as_run(d.hardware, e.framework, None, e.memory_fraction, e.kv_pool_tokens)
     dtypes = resolve_dtypes(model, d.weight_dtype, d.kv_dtype)
     running = d.decode_batch * length_stats(w).mean_decode_ctx
     return instance_tiers(model, hw, Layout.of(d.tp, d.ep, d.pp), dtypes, spec.tiers, spec.platform or hw.name,
@@ -210,9 +215,9 @@ def deployment_tiers(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: 
 
 
 def cache_report(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec, profile: ReuseProfile,
-                 iterations: int) -> CacheReport:
-    return tiers_report(deployment_tiers(model, d, w, spec), w, spec, profile.at_rate(w.session_rate / d.instances),
-                        iterations)
+                 iterations: int, engine: Engine | None = None) -> CacheReport:
+    return tiers_report(deployment_tiers(model, d, w, spec, engine=engine), w, spec,
+                        profile.at_rate(w.session_rate / d.instances), iterations)
 
 
 def tiers_report(tiers: list[Tier], w: SessionWorkload, spec: KVCacheSpec, p: ReuseProfile, iterations: int = 0,
@@ -280,9 +285,9 @@ class CapacityCurve(BaseModel):
 
 
 def capacity_curve(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec,
-                   points: int = 24) -> CapacityCurve:
+                   points: int = 24, engine: Engine | None = None) -> CapacityCurve:
     """Analytic and simulated hit rates from 1% to 4x the deployment's cache (log grid)."""
-    tiers = deployment_tiers(model, d, w, spec)
+    tiers = deployment_tiers(model, d, w, spec, engine=engine)
     tokens = spec.reach_tokens(tiers)
     gb = tokens * _bytes_per_token(tiers) / 1e9
     rate = w.session_rate / d.instances
@@ -311,7 +316,8 @@ def pool_cache(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hw: Hard
 
 def site_cache(model: ModelSpec, w: SessionWorkload, spec: KVCacheSpec, hardware: str, tp: int, ep: int,
                instances: int, weight_dtype, kv_dtype) -> tuple[SessionWorkload, CacheReport]:
-    """``pool_cache`` of a PrfaaS site given by name, TP/EP and dtypes."""
-    hw = get_hardware(hardware)
+    """``pool_cache`` of a PrfaaS site given by name, TP/EP and dtypes, on the vendor's default
+    engine (the one PrfaaS sites run)."""
+    hw = as_run(hardware)
     lay = Layout.of(tp, ep if model.moe is not None else 1, 1)
     return pool_cache(model, w, spec, hw, lay, resolve_dtypes(model, weight_dtype, kv_dtype), instances)

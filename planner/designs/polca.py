@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from planner.catalog.dtypes import DType
 from planner.catalog.frameworks import as_run
 from planner.catalog.model import ModelSpec
-from planner.checks import Degree
+from planner.checks import Degree, FrameworkChoice
 from planner.designs import power_sim as ps
 from planner.errors import InfeasibleError, InputError, count
 from planner.frozen import Frozen
@@ -79,7 +79,8 @@ class PolcaSpec(Frozen):
     type: Literal["polca"] = "polca"
     hardware: str = "a100-80g"
     tp: Degree = Field(8, description="GPUs per server (one instance per server)")
-    framework: str | None = None
+    framework: FrameworkChoice = Field(None, description="engine entry applied to the servers (e.g. vllm-2023); "
+                                       "default: engine.framework")
     weight_dtype: DType = DType.fp16
     servers: int = Field(40, ge=1, le=100_000, description="servers the row's power was provisioned for")
     server_power_w: float = Field(6500, gt=0, description="provisioned (nameplate) power per server")

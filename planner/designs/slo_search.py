@@ -74,7 +74,7 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
     tpot_max = min(v for _, v in slo.tpot_s.items()) if slo.tpot_s.items() else np.inf
     acc = _Reducer()
     count = 0
-    share = engine.chunked_prefill and set(spec.modes) == {"aggregated", "disaggregated"}
+    share = set(spec.modes) == {"aggregated", "disaggregated"}
 
     def jobs():
         nonlocal count
@@ -110,19 +110,21 @@ def plan_slo_search(model: ModelSpec, spec: SloSearchSpec, workload: Workload, s
 
 def _evaluate_blocks(jobs, model, engine, stats, workload, slo, spec, tpot_max, share) -> _Reducer:
     """The points of some blocks of candidates, reduced together (one task: picklable for a
-    process pool)."""
+    process pool). ``share``: both modes are searched, so where the engine chunks prefills their
+    curves share one iteration grid."""
     steady_heap()                    # once per process: pool workers too
     part = _Reducer()
     for groups, index, hw, sub, dtypes, pre in jobs:
         part.groups.update(groups)
         agg, dis = groups
+        on = engine.on(hw)               # the engine as it runs on this device (a mapping by device)
         # with chunked prefill both modes' curves run on the same iteration grid: compute it once
         # powers are not part of this search's answer: the roofline skips them (power=False)
-        load = load_grid(model, hw, sub, dtypes, engine, stats, power=False) if share else None
+        load = load_grid(model, hw, sub, dtypes, on, stats, power=False) if share and on.chunked_prefill else None
         if "aggregated" in spec.modes:
-            _aggregated(part, agg, index, model, hw, sub, dtypes, engine, stats, workload, slo, load)
+            _aggregated(part, agg, index, model, hw, sub, dtypes, on, stats, workload, slo, load)
         if pre is not None:
-            _disaggregated(part, dis, index, model, hw, sub, dtypes, engine, stats, pre, tpot_max, load)
+            _disaggregated(part, dis, index, model, hw, sub, dtypes, on, stats, pre, tpot_max, load)
     return part
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from planner.catalog.dtypes import DType
-from planner.checks import Degree, Degrees
+from planner.checks import Degree, Degrees, FrameworkChoice
 from planner.frozen import Frozen
 from planner.perf.parallel import Layout
 
@@ -116,7 +116,8 @@ class SplitSearch(Frozen):
 
 class SplitwiseSpec(Frozen):
     type: Literal["splitwise"] = "splitwise"
-    framework: str | None = Field(None, description="engine entry applied to every pool (e.g. vllm-2023)")
+    framework: FrameworkChoice = Field(None, description="engine entry applied to every pool (e.g. vllm-2023), or a "
+                                       "mapping by vendor or hardware name; default: engine.framework")
     weight_dtype: DType = DType.bf16
     kv_transfer: Literal["layerwise", "serialized"] = "layerwise"
     serialize_below_tokens: int = Field(512, ge=0, description="Splitwise serializes short prompts' KV")

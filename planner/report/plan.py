@@ -18,7 +18,8 @@ def print_plan(r: PlanResult) -> None:
     rows = [
         ("workload", f"{r.rate:g} req/s, mean {r.mean_input_tokens:,.0f} in / {r.mean_output_tokens:,.0f} out tokens"),
         ("deployment", f"{b.instances} x ({b.hardware} tp={b.tp} ep={b.ep} pp={b.pp}, {b.weight_dtype} weights, "
-                       f"{b.kv_dtype} KV{states}) = {b.accelerators} accelerators"),
+                       f"{b.kv_dtype} KV{states}) = {b.accelerators} accelerators"
+                       + (f", on {b.engine}" if b.engine else "")),
         ("load per instance", f"{b.rate_per_instance:.3g} req/s of {b.max_rate_per_instance:.3g} max under the SLOs; "
                               f"mean decode batch {b.decode_batch:.0f} (set max_num_seqs >= {b.max_num_seqs} per "
                               "engine replica, i.e. per attention-DP rank)"),
@@ -44,13 +45,15 @@ def print_plan(r: PlanResult) -> None:
         out.print(t)
     if r.alternatives:
         t = Table(title="Next-cheapest alternatives")
-        for col in ("hardware", "tp", "ep", "pp", "dtype", "instances", "accel.", "$/h", "$/M out tok",
-                    "TTFT p90", "TPOT p90", "binding"):
+        engines = len({a.engine for a in (b, *r.alternatives)}) > 1      # named where they differ
+        for col in ("hardware", *(("engine",) if engines else ()), "tp", "ep", "pp", "dtype", "instances", "accel.",
+                    "$/h", "$/M out tok", "TTFT p90", "TPOT p90", "binding"):
             t.add_column(col)
         for a in r.alternatives:
-            t.add_row(a.hardware, str(a.tp), str(a.ep), str(a.pp), a.weight_dtype, str(a.instances),
-                      str(a.accelerators), f"{a.usd_per_h:,.1f}", f"{a.usd_per_million_output_tokens:.3f}",
-                      si(a.ttft_s["p90"], "s"), si(a.tpot_s["p90"], "s"), a.binding)
+            t.add_row(a.hardware, *((a.engine or "-",) if engines else ()), str(a.tp), str(a.ep), str(a.pp),
+                      a.weight_dtype, str(a.instances), str(a.accelerators), f"{a.usd_per_h:,.1f}",
+                      f"{a.usd_per_million_output_tokens:.3f}", si(a.ttft_s["p90"], "s"), si(a.tpot_s["p90"], "s"),
+                      a.binding)
         out.print(t)
     if getattr(r, "cache", None) is not None:
         out.print(f"prefix cache: {_cache_line(r.cache)}; details: planner sessions SCENARIO")

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
-from planner.checks import located
+from planner.checks import FrameworkChoice, located
 from planner.frozen import Frozen
 from planner.perf.comm import collective_time
 from planner.perf.measured import step_time as measured_step_time
@@ -48,22 +48,24 @@ def with_framework_knobs(data: Any, name: str | None) -> Any:
 class Engine(Frozen):
     """Serving-engine knobs (defaults: vLLM V1)."""
 
-    framework: str | None = Field(None, description="serving framework entry (catalog name or YAML path) whose "
-                                  "efficiencies and overheads apply; default: vllm")
+    framework: FrameworkChoice = Field(
+        None, description="serving framework entry (catalog name or YAML path) whose efficiencies, overheads and "
+        "scheduler knobs apply: one for every device, or a mapping from a vendor or a hardware name to an entry "
+        "(e.g. {nvidia: sglang, mi300x: vllm-rocm-mlperf}; a hardware name before its vendor); default: each "
+        "vendor's vLLM (frameworks.DEFAULT_FRAMEWORKS), as for devices a mapping does not name")
 
-    @field_validator("framework")
-    @classmethod
-    def _known_framework(cls, v: str | None) -> str | None:
-        """A catalog name must exist (did-you-mean otherwise); a YAML path is read where it is used."""
-        if v is not None and not v.endswith((".yaml", ".yml")):
-            from planner.catalog.frameworks import framework
-            from planner.errors import PlannerError
+    def on(self, hw: HardwareProfile | str) -> Engine:
+        """This engine as it runs on device ``hw``: where ``framework`` maps devices to entries, the
+        one it names for ``hw`` (``frameworks.framework_for``; none: the vendor's default), whose
+        scheduler knobs fill those this engine does not give, as if that name had been given
+        alone. An engine with one framework (or none) is the same on every device."""
+        if not isinstance(self.framework, dict):
+            return self
+        from planner.catalog.frameworks import framework_for
+        from planner.catalog.hardware import hardware
 
-            try:
-                framework(v)
-            except PlannerError as e:
-                raise ValueError(str(e)) from None
-        return v
+        given = {name: getattr(self, name) for name in self.model_fields_set if name != "framework"}
+        return Engine.model_validate({**given, "framework": framework_for(self.framework, hardware(hw))})
 
     @model_validator(mode="before")
     @classmethod
@@ -180,6 +182,8 @@ class Engine(Frozen):
         the framework entry's knobs), else the ones the engine picks for that device where the
         launch gives none (``HardwareProfile.engine_defaults``: vLLM 2,048 tokens and 256
         sequences below 70 GiB, SGLang's chunk by GPU memory), else these fields' defaults."""
+        if hw is not None and isinstance(self.framework, dict):
+            return self.on(hw).batch_limits(hw)
         picked = self.device_picks(hw)
         per_replica = "max_num_seqs" in picked and hw.engine_defaults.seqs_per_replica
         return (picked.get("max_num_seqs", self.max_num_seqs),
@@ -188,6 +192,8 @@ class Engine(Frozen):
     def device_picks(self, hw: HardwareProfile | None) -> dict[str, int]:
         """The limits (field: value) this engine takes from ``hw``'s engine defaults because
         neither the launch nor the framework entry's knobs give them."""
+        if hw is not None and isinstance(self.framework, dict):
+            return self.on(hw).device_picks(hw)
         d = hw.engine_defaults if hw is not None else None
         if d is None:
             return {}
@@ -197,6 +203,8 @@ class Engine(Frozen):
     def instance_limits(self, dp, hw: HardwareProfile | None = None) -> tuple:
         """(sequences, tokens per iteration) the whole instance admits on ``hw`` (``batch_limits``)
         with ``dp`` attention data-parallel replicas (``limits_scope``)."""
+        if hw is not None and isinstance(self.framework, dict):
+            return self.on(hw).instance_limits(dp, hw)
         seqs, tokens, per_replica = self.batch_limits(hw)
         k = dp if self.limits_scope == "replica" else 1
         return seqs * (dp if per_replica else k), tokens * k
@@ -204,6 +212,8 @@ class Engine(Frozen):
     def for_device(self, hw: HardwareProfile, dp: int) -> Engine:
         """This engine with the limits it runs with on ``hw`` (``batch_limits``) written out, in its
         own ``limits_scope``, for an instance of ``dp`` attention replicas."""
+        if isinstance(self.framework, dict):
+            return self.on(hw).for_device(hw, dp)
         # in the instance scope, the instance's limits; in the replica scope, one replica's
         seqs, tokens = self.instance_limits(dp if self.limits_scope == "instance" else 1, hw)
         return self.model_copy(update={"max_num_seqs": int(seqs), "max_batched_tokens": int(tokens)})

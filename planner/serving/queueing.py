@@ -105,6 +105,7 @@ class Curve:
 def max_decode_batch(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes, engine: Engine,
                      stats: LengthStats) -> tuple[np.ndarray, np.ndarray]:
     """(largest mean decode batch, the limit that sets it) per candidate."""
+    engine = engine.on(hw)
     free = free_kv_bytes_device(model, hw, lay, dtypes, engine.speculation)
     held = stats.mean_full_len if engine.kv_reservation == "full_length" else stats.mean_decode_ctx
     per_tok = kv_bytes_per_token_device(model, lay, dtypes.kv, hw)
@@ -156,6 +157,7 @@ def load_grid(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTypes
               stats: LengthStats, grid: int = GRID, power: bool = True) -> LoadGrid:
     """Decode-batch grid of each candidate and the iteration times along it (one roofline call;
     ``power=False``: iteration powers not computed, NaN, for searches that rank by speed only)."""
+    engine = engine.on(hw)
     n_max, limit = max_decode_batch(model, hw, lay, dtypes, engine, stats)
     n_max = np.atleast_1d(n_max)
     # mean decode batch from N_LIGHT (an instance idle most of the time) up to n_max
@@ -232,7 +234,9 @@ def serving_curve(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DT
     ``power=False``: powers left NaN, for callers that do not read them; ``percentiles``: the
     latency percentiles computed besides the means, for a search that reads only some: each is
     the same number whichever others are computed; ``ttft=False``: TTFT and E2E not computed, left
-    empty, for a decode pool whose TTFT is its prefill pool's)."""
+    empty, for a decode pool whose TTFT is its prefill pool's). ``engine`` runs as it does on
+    ``hw`` (``Engine.on``: a framework mapping by device)."""
+    engine = engine.on(hw)
     g = load if load is not None else load_grid(model, hw, lay, dtypes, engine, stats, grid, power)
     n, n_max, limit, chunk, packed = g.n, g.n_max, g.limit, g.chunk, g.packed
     t_dec, t_chunk, t_packed, p_dec, p_chunk = g.t_dec, g.t_chunk, g.t_packed, g.p_dec, g.p_chunk

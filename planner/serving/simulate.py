@@ -207,9 +207,10 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     pool is what the state slots leave, a request holds only its tokens there, and the slots cap
     the running sequences (``Engine.max_num_seqs``, in the engine's own scope). The per-sequence
     bytes returned carry the part-filled last KV page (``page_waste_bytes``). The engine returned
-    has the limits it runs with on ``hw`` written out (``Engine.for_device``)."""
+    has the limits it runs with on ``hw`` written out (``Engine.for_device``), as it runs there
+    (``Engine.on``: a framework mapping by device)."""
     dp = dp_ranks(hw, lay)
-    engine = engine.for_device(hw, dp)
+    engine = engine.on(hw).for_device(hw, dp)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
     problem = exact_pool_problem(hw, free / dp, per_tok)
     if problem:
