@@ -116,3 +116,9 @@ def test_the_plan_names_the_engine_of_the_chosen_device(tmp_path):
     assert r.best.engine == "sglang"
     assert any(n.startswith("engine scheduling of sglang:") and "mixed_prefill=False" in n for n in r.notes)
     assert r.certainty["framework"] == {"nvidia": "sglang"}
+
+
+def test_a_fleet_names_each_pools_engine(tmp_path):
+    r = run_scenario(_scenario(tmp_path, "fleet-mixed", engine__framework={"nvidia": "sglang"}))
+    assert r.engines and set(r.engines) == set(r.instances)
+    assert all(e == ("vllm-rocm" if hw == "mi300x" else "sglang") for hw, e in r.engines.items())

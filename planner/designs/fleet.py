@@ -81,6 +81,7 @@ class FleetResult(BaseModel):
     buckets: list[dict]                  # input range, rate, mean lengths
     instances: dict[str, int]            # per hardware (with its layout)
     layouts: dict[str, str]
+    engines: dict[str, str] = {}         # per hardware: the framework entry it runs (engine.framework or the default)
     routing: dict[str, list[float]]      # hardware -> share of each bucket
     usd_per_h: float
     capacity: dict[str, list[float]]     # per-instance SLO-meeting rate for each bucket, req/s
@@ -146,9 +147,11 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     chosen = {}
     best_cost = np.full(H, np.inf)
     row = {get_hardware(n).name: i for i, n in enumerate(hardware)}
+    engines = {}
     for hw, lay, dtypes in candidates(model, hardware, tp, ep, pp, weight_dtypes, kv_dtype, engine.framework,
                                       engine.memory_fraction, engine.kv_pool_tokens):
         h = row[hw.name]
+        engines[hw.name] = hw.framework
         rates = np.zeros((lay.tp.size, B))
         for b, (stats, _, _) in enumerate(buckets):
             c = serving_curve(model, hw, lay, dtypes, engine, stats, workload.arrival.scv)
@@ -180,6 +183,7 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
         buckets=[{**info, "rate": float(r)} for (_, _, info), r in zip(buckets, lam, strict=True)],
         instances={hw: int(x[h]) for h, hw in enumerate(hardware) if x[h] > 0},
         layouts={hw: chosen.get(get_hardware(hw).name, "-") for h, hw in enumerate(hardware) if x[h] > 0},
+        engines={hw: engines[get_hardware(hw).name] for h, hw in enumerate(hardware) if x[h] > 0},
         # the solver returns shares like -1e-12; clip, and + 0.0 turns -0.0 into 0.0
         routing={hw: [round(max(float(v), 0.0), 4) + 0.0 for v in y[h]] for h, hw in enumerate(hardware) if x[h] > 0},
         usd_per_h=total, best_single=single,

@@ -195,10 +195,11 @@ def print_fleet(r) -> None:
     t.add_column("hardware")
     t.add_column("instances")
     t.add_column("layout")
+    t.add_column("engine")
     for k, b in enumerate(r.buckets):
         t.add_column(f"bucket {k + 1}: {b['input_min']:.0f}-{b['input_max']:.0f} in, {b['rate']:.3g} req/s")
     for hw, n in r.instances.items():
-        t.add_row(hw, str(n), r.layouts[hw], *(f"{v:.0%}" for v in r.routing[hw]))
+        t.add_row(hw, str(n), r.layouts[hw], r.engines.get(hw, "-"), *(f"{v:.0%}" for v in r.routing[hw]))
     out.print(t)
     singles = ", ".join(f"{h} ${v:,.1f}/h" for h, v in sorted(r.best_single.items(), key=lambda x: x[1]))
     out.print(f"[bold]fleet ${r.usd_per_h:,.1f}/h; one hardware type alone: {singles or 'none within availability'}"
