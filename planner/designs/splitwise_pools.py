@@ -34,12 +34,11 @@ from planner.designs.splitwise_spec import Baseline, Candidate, Pool, SlowdownRe
 from planner.errors import InfeasibleError, InputError
 from planner.perf.cost import device_rate
 from planner.perf.memory import (
-    exact_pool_problem,
+    exact_pool_refusal,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     kv_cache_bytes_per_token,
     pool_tokens,
-    room_tokens,
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
@@ -206,10 +205,8 @@ def _prompt_fits(model: ModelSpec, hw: HardwareProfile, pool: Pool, dtypes: DTyp
     per_token = float(np.ravel(kv_bytes_per_token_device(model, lay, dtypes.kv, hw))[0])
     state = float(np.ravel(state_bytes_per_sequence_device(model, lay, dtypes.kv, hw))[0])
     need = per_token * tokens / pool.cp + state
-    problem = exact_pool_problem(hw, free, per_token)
-    if problem:
-        raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}): {problem}; cap it at "
-                              f"--kv-pool-tokens {room_tokens(free, per_token)} or fewer")
+    if refusal := exact_pool_refusal(hw, free, per_token):
+        raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}): {refusal}")
     cap = pool_tokens(hw)
     if free >= need and tokens / pool.cp > cap:
         raise InfeasibleError(f"{name}: a prompt machine ({hw.name} {pool.label}) holds at most {cap:,.0f} tokens in "

@@ -272,6 +272,13 @@ def exact_pool_problem(hw: HardwareProfile, room_bytes: float, per_token: float)
             "memory at start-up")
 
 
+def exact_pool_refusal(hw: HardwareProfile, room_bytes: float, per_token: float) -> str | None:
+    """``exact_pool_problem`` with the cap that would serve (``room_tokens``), as a refusal says
+    it, or None where the engine starts."""
+    problem = exact_pool_problem(hw, room_bytes, per_token)
+    return problem and f"{problem}; cap it at --kv-pool-tokens {room_tokens(room_bytes, per_token)} or fewer"
+
+
 def pools_per_device(hw: HardwareProfile, layout: Layout) -> np.ndarray:
     """Attention replicas' KV pools one device holds a share of: 1, or a multi-die package's dies
     where each runs its own attention replica (``on_dies``: attention DP per die)."""

@@ -33,11 +33,10 @@ from planner.errors import InfeasibleError
 from planner.perf.kv_tiers import exposed_prefill_s
 from planner.perf.memory import (
     cache_split,
-    exact_pool_problem,
+    exact_pool_refusal,
     free_kv_bytes_device,
     kv_bytes_per_token_device,
     pool_tokens,
-    room_tokens,
     state_bytes_per_sequence_device,
 )
 from planner.perf.ops import DTypes
@@ -212,9 +211,8 @@ def cache_pools(model: ModelSpec, hw: HardwareProfile, lay: Layout, dtypes: DTyp
     dp = dp_ranks(hw, lay)
     engine = engine.on(hw).for_device(hw, dp)
     free, per_tok, state = kv_capacity(model, hw, lay, dtypes, engine.speculation)
-    problem = exact_pool_problem(hw, free / dp, per_tok)
-    if problem:
-        raise InfeasibleError(f"{problem}; cap it at --kv-pool-tokens {room_tokens(free / dp, per_tok)} or fewer")
+    if refusal := exact_pool_refusal(hw, free / dp, per_tok):
+        raise InfeasibleError(refusal)
     kv, cap, beside = (float(x) for x in cache_split(hw, free, state, per_tok, dp))
     if not np.isfinite(cap):
         return kv, per_tok, beside, engine
