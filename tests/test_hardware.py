@@ -75,6 +75,17 @@ def test_user_profile_overrides_base(tmp_path):
     assert hw.power.tdp.value == 350 and hw.memory.capacity.value == 81559 * 2**20   # nvidia-smi total
 
 
+def test_a_profile_on_a_base_needs_no_description_of_its_own(tmp_path):
+    """It says what it changes on which base; one it gives is kept."""
+    f = tmp_path / "h100-capped.yaml"
+    f.write_text("name: h100-capped\nbase: h100-sxm\n"
+                 "power:\n  tdp: {value: 350 W, source: mine}\nsources:\n  mine: my measurement\n")
+    hw = planner.hardware(str(f))
+    assert hw.description.startswith("h100-sxm with its own power (NVIDIA H100")
+    f.write_text(f.read_text() + "description: mine\n")
+    assert planner.hardware(str(f)).description == "mine"
+
+
 def test_bad_value_names_field(tmp_path):
     f = tmp_path / "neg.yaml"
     f.write_text("name: neg\nbase: h100-sxm\ndescription: x\nefficiency:\n  gemm: {value: 1.5, source: nanoflow}\n")

@@ -749,7 +749,9 @@ def _build(name: str, raw: dict[str, tuple[Path, dict, Lines]], shared: dict[str
         if data["base"] not in raw and data["base"] not in _CACHE:
             raise unknown_name("base hardware", data["base"], sorted({*raw, *_CACHE}))
         base = _CACHE.get(data["base"]) or _build(data["base"], raw, shared, cache, (*chain, name))
-        data = _merge(base.model_dump(mode="json", exclude={"name", "description", "base"}), data)
+        own = sorted(set(data) - {"name", "base", "description", "sources"})
+        data = {"description": f"{base.name} with its own {', '.join(own) or 'name'} ({base.description})",
+                **_merge(base.model_dump(mode="json", exclude={"name", "description", "base"}), data)}
     data = {**data, "sources": {**shared, **data.get("sources", {})}}
     try:
         profile = HardwareProfile.model_validate(data)
