@@ -84,6 +84,10 @@ def test_a_profile_on_a_base_needs_no_description_of_its_own(tmp_path):
     assert hw.description.startswith("h100-sxm with its own power (NVIDIA H100")
     f.write_text(f.read_text() + "description: mine\n")
     assert planner.hardware(str(f)).description == "mine"
+    f.write_text("name: h100-capped\nbase: h100-sxm\npower:\n  tdp: {value: 350 W, source: my own run}\n")
+    with pytest.raises(InputError, match=r"h100-capped\.yaml:4 power\.tdp\.source: 'my own run' is not a known "
+                                         r"citation key: give the citation under sources:"):
+        load_hardware_file(f)
 
 
 def test_bad_value_names_field(tmp_path):
@@ -96,7 +100,7 @@ def test_bad_value_names_field(tmp_path):
 @pytest.mark.parametrize("entry,match", [
     ("{file: nope.csv, source: azure_bench}", r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*'nope\.csv' not found"),
     ("{file: h100-sxm-allreduce8-nccl.csv, source: nope_key}",
-     r"all_reduce_sweep\.source 'nope_key' is not a known citation key"),
+     r"all_reduce_sweep\.source: 'nope_key' is not a known citation key"),
     ("{file: CSV, source: azure_bench}", r"sweep\.yaml:5 scale_up\.all_reduce_sweep: .*could not convert"),
     ("{file: NEG, source: azure_bench}", r"expected rows 'size_bytes,busbw_gbs' of positive numbers"),
 ])

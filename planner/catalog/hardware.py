@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from planner.catalog import derate
 from planner.catalog.dtypes import DType
-from planner.checks import is_file
+from planner.checks import is_file, located
 from planner.errors import InputError, unknown_name
 from planner.frozen import Frozen
 from planner.units import parse_quantity
@@ -595,12 +595,14 @@ class HardwareProfile(Frozen):
             raise ValueError("peak_flops must give bf16")
         if self.scale_up.domain_size is None:
             raise ValueError("scale_up.domain_size is required")
+        unknown = ("is not a known citation key: give the citation under sources: with a short key (sources: "
+                   "{mine: 'my STREAM run, 2026-11'}) and name the key here")
         for path, fig in _figures(self):
             if fig.source not in self.sources:
-                raise ValueError(f"{path}.source {fig.source!r} is not a known citation key")
+                raise located(f"{path}.source", f"{fig.source!r} {unknown}")
         sweep = self.scale_up.all_reduce_sweep
         if sweep is not None and sweep.source not in self.sources:
-            raise ValueError(f"scale_up.all_reduce_sweep.source {sweep.source!r} is not a known citation key")
+            raise located("scale_up.all_reduce_sweep.source", f"{sweep.source!r} {unknown}")
         return self
 
     # -- derived quantities the perf engine uses (SI) ---------------------------------------
