@@ -122,3 +122,11 @@ def test_a_fleet_names_each_pools_engine(tmp_path):
     r = run_scenario(_scenario(tmp_path, "fleet-mixed", engine__framework={"nvidia": "sglang"}))
     assert r.engines and set(r.engines) == set(r.instances)
     assert all(e == ("vllm-rocm" if hw == "mi300x" else "sglang") for hw, e in r.engines.items())
+
+
+def test_a_missing_framework_file_is_blamed_at_its_field(tmp_path):
+    """A framework file is read when the scenario is, so a missing one is an error at its key
+    (it was blamed on the scenario's top level when a candidate first needed it)."""
+    p = _scenario(tmp_path, "reasoning-mi300x-vs-h200", engine__framework={"nvidia": "nope.yaml"})
+    with pytest.raises(InputError, match=r"engine\.framework\.nvidia: nope\.yaml: cannot read YAML file"):
+        planner.load_scenario(p)

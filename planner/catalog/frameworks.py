@@ -453,7 +453,7 @@ FrameworkChoice = str | dict[str, str] | None   # one entry for every device, or
 
 def checked_choice(v: FrameworkChoice) -> FrameworkChoice:
     """``v`` as a scenario gives an engine (``engine.framework``, a design's ``framework``): each
-    catalog name must exist (did-you-mean otherwise; a YAML path is read where it is used); a
+    catalog name must exist (did-you-mean otherwise) and each framework file must read; a
     mapping's keys are read in the catalog's spelling (stripped, lower case) and must be distinct.
     Whether the keys name a vendor or device the scenario uses is checked with the scenario
     (``scenario_checks``). A ``ValueError`` (a validator's) for a bad one."""
@@ -462,11 +462,10 @@ def checked_choice(v: FrameworkChoice) -> FrameworkChoice:
     from planner.checks import located
 
     for key, name in v.items() if isinstance(v, dict) else [(None, v)]:
-        if not name.endswith((".yaml", ".yml")):
-            try:
-                framework(name)
-            except PlannerError as e:
-                raise (ValueError(str(e)) if key is None else located(str(key), str(e))) from None
+        try:                          # a file is read now, so a missing or bad one is blamed here
+            framework(name)
+        except PlannerError as e:
+            raise (ValueError(str(e)) if key is None else located(str(key), str(e))) from None
     if not isinstance(v, dict):
         return v
     keys = [k.strip().lower() for k in v]
