@@ -145,7 +145,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     """Everything the launch files need, from the plan and the planner's own memory model."""
     import numpy as np
 
-    from planner.catalog.frameworks import as_run
+    from planner.catalog.frameworks import as_run, engine_name, framework
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
@@ -162,6 +162,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     b = result.best
     profile = hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware))
     engine = scn.engine.on(profile)          # the engine the plan ran on that device
+    entry = framework(engine_name(engine.framework, profile))
     m = engine.model_as_run(model(scn.model))
     hw = as_run(profile, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     lay = Layout.of(b.tp, b.ep, b.pp)
@@ -190,7 +191,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     page = hw.memory_policy.page_tokens
     return dict(
         name=k8s_name(f"{scn.name}-{b.hardware}-tp{b.tp}"),
-        model=m.name, hw=hw, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
+        model=m.name, hw=hw, framework=entry, b=b, scn=scn, result=result, stage=stage, dp=dp, devices=stage * b.pp,
         ranks=int(ranks.stage_devices), rank_tp=rank_tp, rank_dp=rank_dp, rank_ep=rank_ep,
         mem_util=mem_util, kv_free_fraction=round(kv / after_weights, 3), state=engine.state_dtype,
         max_num_seqs=b.max_num_seqs,
@@ -250,11 +251,14 @@ def vllm_args(p: dict) -> list[str]:
                          f"of this plan ({pool:,} tokens), so vLLM would refuse to start; cap the request length or "
                          "plan with more devices per instance")
     args += ["--max-model-len", str(min(_tokens_up(p["longest"]), pool))]
-    if p["hw"].framework == "vllm-ascend-graph":
-        # the launch the plan's engine entry describes: one graph per decode step, the host's
-        # scheduling overlapped (vllm-ascend's nightly configs pass exactly these two)
-        args += ["--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}', "--async-scheduling"]
-    return args + _quantization(p, "ascend")
+    return args + _launch_args(p, "vllm") + _quantization(p, "ascend")
+
+
+def _launch_args(p: dict, engine: str) -> list[str]:
+    """The arguments of the launch the plan's engine entry was measured under, for ``engine``
+    (``Framework.launch_args``: vllm-ascend-graph's full decode graphs and async scheduling)."""
+    launch = p["framework"].launch_args.get(engine)
+    return list(launch.args) if launch is not None else []
 
 
 _TORCH_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -298,7 +302,7 @@ def sglang_args(p: dict) -> list[str]:
         args += ["--mamba-ssm-dtype", _TORCH_NAMES[p["state"]]]
     if p["pool_cap"] is not None:    # each DP rank's pool: the smaller of this and memory's (model runner)
         args += ["--max-total-tokens", str(p["pool_cap"])]
-    return args + _quantization(p, "modelslim")
+    return args + _launch_args(p, "sglang") + _quantization(p, "modelslim")
 
 
 def trtllm_args(p: dict) -> list[str]:
@@ -311,7 +315,7 @@ def trtllm_args(p: dict) -> list[str]:
                          "sglang, or drop engine.state_dtype")
     return ["--tp_size", str(p["stage"]), "--pp_size", str(b.pp), "--ep_size", str(b.ep),
             "--max_batch_size", str(p["max_num_seqs"]), "--max_num_tokens", str(-(-p["instance_tokens"] // p["dp"])),
-            "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}"]
+            "--kv_cache_free_gpu_memory_fraction", f"{p['kv_free_fraction']:g}", *_launch_args(p, "trtllm")]
 
 
 _LAUNCH = {"vllm": (["vllm", "serve", "$MODEL"], vllm_args),

@@ -166,10 +166,18 @@ def test_a_plan_on_vllm_ascend_graph_launches_full_decode_graphs(tmp_path):
     assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     assert "--async-scheduling" in f and f["--async-scheduling"] is None
     # a plan on vllm-ascend's default piecewise mode launches it as it is, without the two flags
-    p.write_text(p.read_text().replace("framework: vllm-ascend-graph", "framework: vllm-ascend"))
+    text = p.read_text()
+    p.write_text(text.replace("framework: vllm-ascend-graph", "framework: vllm-ascend"))
     _, out = _plan(tmp_path, p, "vllm")
     f = _flags(_command(out / "vllm.sh"))
     assert "--compilation-config" not in f and "--async-scheduling" not in f
+    # the flags are the entry's data (launch_args), so a file of one's own on it launches them too
+    (tmp_path / "mine.yaml").write_text("name: mine\nbase: vllm-ascend-graph\n"
+                                        "step_overhead: {value: 1.5 ms, source: my trace}\n")
+    p.write_text(text.replace("framework: vllm-ascend-graph", f"framework: {tmp_path / 'mine.yaml'}"))
+    _, out = _plan(tmp_path, p, "vllm")
+    f = _flags(_command(out / "vllm.sh"))
+    assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
 
 
 def test_trtllm_flags_documented(tmp_path, moe):

@@ -123,12 +123,25 @@ class BatchDefaults(Frozen):
                               seqs_per_replica=self.seqs_per_replica, source=self.source)
 
 
+class LaunchArgs(Frozen):
+    """Command-line arguments of the launch an entry's figures were measured under, beyond the
+    ones a plan sets itself (parallelism, batch limits, memory, formats): ``plan --emit`` writes
+    them for that engine, so a launch script runs the engine the plan modelled. A file with
+    ``base:`` takes its base's."""
+
+    args: list[str] = Field(min_length=1)
+    source: str = Field(min_length=1)
+    note: str | None = None
+
+
 class Framework(Frozen):
     name: str = ""
     description: str
     # the hardware vendors (HardwareProfile.vendor) whose devices this engine runs on and its figures
     # were read from; empty: any (a file of one's own that names none)
     vendors: list[str] = []
+    # per emitted engine (plan --emit vllm|sglang|trtllm): the launch's own arguments (LaunchArgs)
+    launch_args: dict[Literal["vllm", "sglang", "trtllm"], LaunchArgs] = {}
     step_overhead: Seconds | None = None
     sequence_overhead: Seconds | None = None   # host time per running sequence per step
     request_overhead: Seconds | None = None    # per request, in its TTFT (tokenize, schedule, first sample)
