@@ -95,8 +95,8 @@ def _framework_choice(v):
 
 def _framework_shape(v):
     """One message for a value of neither shape (pydantic's names each branch of the union)."""
-    if v is None or isinstance(v, str) or (isinstance(v, dict) and all(
-            isinstance(k, str) and isinstance(x, str) for k, x in v.items())):
+    if v is None or (isinstance(v, str) and v.strip()) or (isinstance(v, dict) and all(
+            isinstance(k, str) and isinstance(x, str) and x.strip() for k, x in v.items())):
         return v
     raise ValueError(f"expected a framework name (or file), or a mapping from vendor or hardware names to "
                      f"framework names, got {v!r:.80}")

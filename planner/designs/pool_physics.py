@@ -19,11 +19,12 @@ from planner.serving.workload import Workload, weighted_quantile
 
 
 def engine_named(spec, engine: Engine):
-    """``spec`` (a design whose ``framework`` is the engine entry its machines run: Splitwise,
-    DistServe, POLCA) with ``engine.framework`` filled in where the design names none, so that
-    the machines run the engine whose scheduler knobs the scenario's ``engine`` section carries
-    (they ran the vendor's default entry under another engine's scheduler). Both named and
-    different is an ``InputError``: one engine runs the machines."""
+    """``spec`` (a design whose ``framework`` is the engine its machines run: Splitwise, DistServe,
+    POLCA) with ``engine.framework`` (a name, or a mapping by vendor or device that ``as_run``
+    resolves machine by machine) filled in where the design names none, so that the machines run
+    the engine whose scheduler knobs the ``engine`` carries (they ran the vendor's default entry
+    under another engine's scheduler). Both named and different is an ``InputError``: one engine
+    runs the machines."""
     from planner.errors import InputError
 
     named = engine.framework
@@ -35,7 +36,7 @@ def engine_named(spec, engine: Engine):
                      "design's machines; name it in one place (or the same in both)")
 
 
-def machine_hw(name: str, fw: str | None, cap: float = 1.0, memory_fraction: float | None = None,
+def machine_hw(name: str, fw: str | dict[str, str] | None, cap: float = 1.0, memory_fraction: float | None = None,
                kv_pool_tokens: int | None = None) -> HardwareProfile:
     """Profile ``name`` with engine entry ``fw`` applied, its memory setting at ``memory_fraction``
     and its KV pool capped at ``kv_pool_tokens`` where given (``Engine.memory_fraction``,
