@@ -13,7 +13,7 @@ def rows_of(result) -> list[dict]:
         cols = result.periods
         return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
     if d == "fleet":
-        return [{"hardware": h, "instances": n, "layout": result.layouts[h],
+        return [{"hardware": h, "instances": n, "layout": result.layouts[h], "engine": result.engines.get(h),
                  **{f"bucket_{k + 1}_share": v for k, v in enumerate(result.routing[h])}}
                 for h, n in result.instances.items()]
     if d == "slo-search":
