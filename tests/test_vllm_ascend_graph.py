@@ -17,13 +17,15 @@ KERNEL_S = 8.3e-6            # the ascend-910b profile's fixed time per kernel
 
 def test_the_graph_entry_is_the_default_entry_but_for_its_step_its_graphs_and_its_kernels():
     base, graph = framework("vllm-ascend"), framework("vllm-ascend-graph")
-    own = {"name", "description", "step_overhead", "graph_max_tokens", "op_kernels"}
+    own = {"name", "description", "step_overhead", "graph_max_tokens", "op_kernels", "launch_args"}
     for field in type(base).model_fields:
         if field not in own:
             assert getattr(graph, field) == getattr(base, field), field
     assert graph.step_overhead.value == pytest.approx(1.2e-3) and base.step_overhead.value == pytest.approx(40e-3)
     assert graph.graph_max_tokens.value == 0 and base.graph_max_tokens.value == 512
     assert base.op_kernels is None
+    assert base.launch_args == {} and graph.launch_args["vllm"].args == [
+        "--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}', "--async-scheduling"]
     assert graph.op_kernels.counts == {"norms_residual": 2, "qkv_proj": 2, "attention": 2, "router": 2,
                                        "moe_permute": 2, "experts": 3, "ffn_up": 2}
 
