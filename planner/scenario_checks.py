@@ -14,6 +14,7 @@ from planner.errors import PlannerError
 def check_scenario(scn: Any) -> None:
     """Raise a located ``ValueError`` for the first cross-section problem of ``scn``."""
     _check_design_names(scn)
+    _check_profile_files(scn)
     _check_one_engine(scn)
     _check_framework_vendors(scn)
     _check_design_machines(scn)
@@ -104,6 +105,31 @@ def _check_design_names(scn: Any) -> None:
             lookup[key](value)
         except PlannerError as e:
             raise located(path, str(e)) from None
+
+
+def _check_profile_files(scn: Any) -> None:
+    """A plan names a device by its profile's name and looks it up again by that name (notes,
+    prices, the simulator check): a profile file of one's own must not take a bundled profile's
+    name, nor two files one name."""
+    from planner.catalog.hardware import hardware, is_bundled_hardware
+
+    spelled = [(f"search.hardware.{i}", h) for i, h in enumerate(scn.search.hardware)] if scn.search else []
+    spelled += [(path, v) for path, k, v in _design_strings(scn) if k == "hardware"]
+    seen: dict[str, Any] = {}
+    for path, spelling in spelled:
+        if not spelling.endswith((".yaml", ".yml")):
+            continue
+        try:
+            hw = hardware(spelling)
+        except PlannerError:          # blamed where it is read
+            continue
+        if is_bundled_hardware(hw.name):
+            raise located(path, f"{spelling} names its profile {hw.name}, a bundled profile's name, which the plan "
+                          f"would look up (and price) as the bundled one; give it a name of its own (base: "
+                          f"{hw.name} keeps the bundled figures it does not change)")
+        if seen.setdefault(hw.name, hw) != hw:
+            raise located(path, f"{spelling} names its profile {hw.name}, as another file of this scenario does; "
+                          "give each its own name")
 
 
 def _design_frameworks(scn: Any) -> list[tuple[str, Any]]:

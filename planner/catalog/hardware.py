@@ -705,6 +705,10 @@ def bundled_profiles_dir() -> Path:
 
 
 _CACHE: dict[str, HardwareProfile] = {}
+# profiles read from users' files in this process, by name: a plan names its device by the
+# profile's name (Deployment.hardware), which later steps (notes, the simulator check, a horizon's
+# curves) look up again; bundled names are looked up first
+_USER: dict[str, HardwareProfile] = {}
 
 
 def _is_profile_file(path: Path) -> bool:
@@ -800,11 +804,14 @@ def load_hardware_file(path: str | Path) -> HardwareProfile:
         raise InputError(f"{path}:1: a hardware profile is a mapping with a 'name'")
     raw = {str(data["name"]): (path, data, lines)}
     shared = _shared_sources(bundled_profiles_dir())
-    return _build(str(data["name"]), raw, shared, {})   # user files never enter the bundled catalog
+    profile = _build(str(data["name"]), raw, shared, {})   # user files never enter the bundled catalog
+    _USER[profile.name.lower()] = profile
+    return profile
 
 
 def hardware(name: str | HardwareProfile) -> HardwareProfile:
-    """A hardware profile by catalog name (``h100-sxm``), by YAML path, or passed through."""
+    """A hardware profile by catalog name (``h100-sxm``), by YAML path, or passed through; the
+    name of a profile read from a user's file earlier in this run finds it too (``_USER``)."""
     if isinstance(name, HardwareProfile):
         return name
     if str(name).endswith((".yaml", ".yml")):
@@ -812,6 +819,8 @@ def hardware(name: str | HardwareProfile) -> HardwareProfile:
     key = str(name).lower()
     if key not in _CACHE:
         _load_one(key)
+    if key not in _CACHE and key in _USER:         # a user's profile this run read from its file
+        return derate.active(_USER[key])
     if key not in _CACHE:
         _load_bundled()
         raise unknown_name("hardware", str(name), sorted(_CACHE))
