@@ -461,10 +461,7 @@ def framework(name: str | Framework) -> Framework:
     return fws[name]
 
 
-FrameworkChoice = str | dict[str, str] | None   # one entry for every device, or a mapping by vendor / device
-
-
-def checked_choice(v: FrameworkChoice) -> FrameworkChoice:
+def checked_choice(v: str | dict[str, str] | None) -> str | dict[str, str] | None:
     """``v`` as a scenario gives an engine (``engine.framework``, a design's ``framework``): each
     catalog name must exist (did-you-mean otherwise) and each framework file must read; a
     mapping's keys are read in the catalog's spelling (stripped, lower case) and must be distinct.
