@@ -239,7 +239,7 @@ def headline(result) -> dict:
     if d == "colocated":
         b = result.best
         layout = f"tp{b.tp}" + (f" ep{b.ep}" if b.ep > 1 else "") + (f" pp{b.pp}" if b.pp > 1 else "")
-        head |= {"deployment": f"{b.instances} x {b.hardware} {layout} {b.weight_dtype}",
+        head |= {"deployment": f"{b.instances} x {b.hardware} {layout} {b.weight_dtype}", "engine": b.engine,
                  "accelerators": b.accelerators,
                  "usd_per_h": b.usd_per_h, "usd_per_million_output_tokens": b.usd_per_million_output_tokens,
                  "ttft_p90_s": b.ttft_s["p90"], "tpot_p90_s": b.tpot_s["p90"], "avg_power_w": b.avg_power_w,
