@@ -165,10 +165,15 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
                      input_len: int = typer.Option(2000, "--input-len", min=1, max=10_000_000),
                      output_len: int = typer.Option(500, "--output-len", min=1, max=10_000_000),
                      weight_dtype: DTypeOpt = typer.Option(DTypeOpt.fp8, "--weight-dtype"),
+                     framework: list[str] = typer.Option(
+                         [], "--framework", help="Engine of the serving figures: NAME for every profile, or "
+                         "VENDOR=NAME / PROFILE=NAME (repeatable, e.g. --framework nvidia=sglang); default: each "
+                         "vendor's own."),
                      json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Profiles side by side with roofline ratios per dollar (FLOP/s, HBM bandwidth, tokens/s)."""
     from rich.table import Table
 
+    from planner.errors import InputError
     from planner.hardware_compare import compare
     from planner.perf.cost import CostModel
     from planner.report import out, print_json, si
@@ -193,7 +198,17 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
         where, msg = split_located(err["msg"].removeprefix("Value error, ")) if err else ((), str(e))
         hint = f"--{(where[0] if where else field).replace('_', '-')}" if err else "--purchase/--price"
         raise typer.BadParameter(msg, param_hint=hint) from None
-    rows = compare(names, cost, model, input_len, output_len, weight_dtype.value)
+    keyed = [f for f in framework if "=" in f]
+    if keyed and len(keyed) < len(framework) or len(framework) > 1 and not keyed:
+        raise typer.BadParameter("give one NAME for every profile, or VENDOR=NAME / PROFILE=NAME entries",
+                                 param_hint="--framework")
+    choice = dict(f.split("=", 1) for f in keyed) if keyed else (framework[0] if framework else None)
+    try:
+        rows = compare(names, cost, model, input_len, output_len, weight_dtype.value, choice)
+    except InputError as e:
+        if str(e).startswith("framework: "):        # the option's own problem, said as the option's
+            raise typer.BadParameter(str(e).removeprefix("framework: "), param_hint="--framework") from None
+        raise
     if json_out:
         print_json(rows)
         return
@@ -216,7 +231,8 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
         t.add_row(label, *[fmt(r[key], unit) for r in rows])
     if model is not None:
         t.add_row(f"{model} layout", *[r["serving"]["layout"] if r["serving"] else "does not fit" for r in rows])
-        t.add_row("engine (vendor's default)", *[r["serving"]["framework"] if r["serving"] else "-" for r in rows])
+        t.add_row("engine" if framework else "engine (vendor's default)",
+                  *[r["serving"]["framework"] if r["serving"] else "-" for r in rows])
         t.add_row("output tok/s per device",
                   *[f"{r['serving']['output_tokens_per_s_per_device']:.0f}" if r["serving"] else "-" for r in rows])
         t.add_row("output tokens per $", *[fmt(r["output_tokens_per_usd"], "tok") for r in rows])

@@ -35,10 +35,11 @@ def _quote(hw: HardwareProfile, cost: CostModel) -> tuple[PriceQuote | None, str
         return None, str(e)
 
 
-def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: int, weight_dtype: str) -> dict | None:
+def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: int, weight_dtype: str,
+                 framework: str | None = None) -> dict | None:
     """The layout inside one scale-up domain with the most output tokens/s per device (MoE:
-    TP=EP over the instance, or attention data-parallel with EP), on the device vendor's default
-    engine (named in ``framework``), or None if none fits."""
+    TP=EP over the instance, or attention data-parallel with EP), on ``framework`` (default: the
+    device vendor's default engine; named in ``framework`` of the answer), or None if none fits."""
     from planner.catalog.model_catalog import model as get_model
     from planner.serving.closed_loop import throughput
 
@@ -49,7 +50,7 @@ def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: in
         for tp, ep in layouts:
             try:
                 s = throughput(m, hw, tp=tp, ep=ep, input_len=input_len, output_len=output_len,
-                               weight_dtype=weight_dtype)
+                               weight_dtype=weight_dtype, framework=framework)
             except PlannerError:
                 continue
             per_dev = s.output_tokens_per_s / s.accelerators
@@ -60,13 +61,34 @@ def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: in
 
 
 def compare(names: list[str], cost: CostModel, model: str | None = None, input_len: int = 2000,
-            output_len: int = 500, weight_dtype: str = "fp8") -> list[dict]:
-    """One row of figures and per-dollar ratios per hardware name (SI units, $ per hour)."""
+            output_len: int = 500, weight_dtype: str = "fp8",
+            framework: str | dict[str, str] | None = None) -> list[dict]:
+    """One row of figures and per-dollar ratios per hardware name (SI units, $ per hour); the
+    serving figures on ``framework`` (one engine for every device, or a mapping by vendor or
+    device name: ``frameworks.framework_for``; default: each vendor's)."""
+    from planner.catalog.frameworks import checked_choice, framework_for, vendor_mismatch
+    from planner.catalog.frameworks import framework as get_framework
+    from planner.checks import split_located
+
+    try:
+        framework = checked_choice(framework)
+    except ValueError as e:
+        where, text = split_located(str(e))
+        raise InputError(f"framework: {'.'.join(where) + ': ' if where else ''}{text}") from None
+
     if len(names) < 2:
         raise InputError("hardware compare needs at least two profiles")
+    devices = [hardware(name) for name in names]
+    if isinstance(framework, dict):
+        unknown = sorted(set(framework) - {d.name for d in devices} - {d.vendor for d in devices})
+        if unknown:
+            raise InputError(f"framework: {', '.join(unknown)} names none of the compared profiles nor their "
+                             f"vendors ({', '.join(sorted({d.name for d in devices} | {d.vendor for d in devices}))})")
+    for hw in devices:
+        if (named := framework_for(framework, hw)) is not None and (why := vendor_mismatch(get_framework(named), hw)):
+            raise InputError(f"framework: {why}")
     rows = []
-    for name in names:
-        hw = hardware(name)
+    for hw in devices:
         q, why = _quote(hw, cost)
         flops = hw.peak_flops[DType.bf16].value
         low = {d.value: hw.peak_flops[d].value for d in (DType.fp8, DType.fp4) if d in hw.peak_flops}
@@ -84,7 +106,7 @@ def compare(names: list[str], cost: CostModel, model: str | None = None, input_l
         r["bf16_flop_per_usd"] = flops / usd_s if usd_s else None
         r["hbm_bytes_per_usd"] = hw.memory.bandwidth.value / usd_s if usd_s else None
         if model is not None:
-            s = best_serving(model, hw, input_len, output_len, weight_dtype)
+            s = best_serving(model, hw, input_len, output_len, weight_dtype, framework_for(framework, hw))
             r["serving"] = s
             r["output_tokens_per_usd"] = s["output_tokens_per_s_per_device"] / usd_s if (s and usd_s) else None
         rows.append(r)

@@ -66,8 +66,8 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     ``lengths``: requests of that workload's length mix instead (its rate is not read; the
     context check still reads ``input_len + output_len``)."""
     m = get_model(model)
-    hw = as_run(hardware, framework or (engine.framework if engine else None), None,
-                engine.memory_fraction if engine else None, engine.kv_pool_tokens if engine else None)
+    engine = engine_running(engine, framework)
+    hw = as_run(hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
@@ -76,7 +76,25 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     lay = Layout.of(tp, ep, pp)
     check_layout(m, lay, hw)
     w = lengths or Workload(rate=1.0, input=Fixed(value=input_len), output=Fixed(value=output_len))
-    return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine or Engine(), length_stats(w))
+    return m, hw, lay, serving_curve(m, hw, lay, dtypes, engine, length_stats(w))
+
+
+def engine_running(engine: Engine | None, framework: str | None) -> Engine:
+    """``engine`` (None: the defaults) running ``framework`` where one is named, the entry's
+    scheduler knobs filling those the engine does not give, as ``Engine(framework=...)`` takes
+    them (the efficiencies alone were applied: ``throughput(framework="sglang")`` ran SGLang's
+    kernels under vLLM's scheduler). An engine that names another framework is an ``InputError``."""
+    if framework is None:
+        return engine or Engine()
+    if engine is None:
+        return Engine(framework=framework)
+    if engine.framework is None:
+        given = {k: getattr(engine, k) for k in engine.model_fields_set if k != "framework"}
+        return Engine.model_validate({**given, "framework": framework})
+    if engine.framework != framework:
+        raise InputError(f"framework {framework!r} and engine.framework {engine.framework!r} name two engines; "
+                         "give one")
+    return engine
 
 
 def no_room_for_one(m: ModelSpec, hw: HardwareProfile, *, tp: int, pp: int, ep: int, input_len: int,
@@ -110,8 +128,9 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer))
                                     or concurrency < 1):
         raise InputError(f"concurrency must be a positive integer or None, got {concurrency!r}")
+    engine = engine_running(engine, framework)
     m, hw, lay, c = instance_curve(model, hardware, tp, pp, ep, input_len, output_len, weight_dtype, kv_dtype,
-                                   engine, framework)
+                                   engine)
     dtypes = resolve_dtypes(m, weight_dtype, kv_dtype)
     if not np.isfinite(c.n[0, 0]):
         raise InfeasibleError(no_room_for_one(m, hw, tp=tp, pp=pp, ep=ep, input_len=input_len, output_len=output_len,
@@ -141,7 +160,7 @@ def throughput(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: i
         power = float(np.interp(pop, population, c.power_w[0, :last + 1]))
     devices = int(np.ravel(lay.devices)[0])
     bounds = _bounds_at(m, hw, lay, dtypes, nb, input_len, output_len)
-    seqs_cap, tokens_cap = (engine or Engine()).instance_limits(dp_ranks(hw, lay), hw)
+    seqs_cap, tokens_cap = engine.instance_limits(dp_ranks(hw, lay), hw)
     return ServingEstimate(
         model=m.name, hardware=hw.name, framework=hw.framework or "", tp=tp, pp=pp, ep=ep, input_len=input_len,
         output_len=output_len,
