@@ -145,7 +145,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     """Everything the launch files need, from the plan and the planner's own memory model."""
     import numpy as np
 
-    from planner.catalog.frameworks import as_run, engine_name, framework
+    from planner.catalog.frameworks import engine_name, framework
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
@@ -164,7 +164,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     engine = scn.engine.on(profile)          # the engine the plan ran on that device
     entry = framework(engine_name(engine.framework, profile))
     m = engine.model_as_run(model(scn.model))
-    hw = as_run(profile, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
+    hw = engine.profile_on(profile)
     lay = Layout.of(b.tp, b.ep, b.pp)
     dtypes = resolve_dtypes(m, b.weight_dtype, b.kv_dtype)
     kv = float(free_kv_bytes_device(m, hw, lay, dtypes, engine.speculation))

@@ -189,10 +189,9 @@ def _headroom_note(best) -> str | None:
 def _device_limits(engine, hardware: str) -> list[str]:
     """A note naming the batch limits the engine picks by itself on the chosen device where the
     scenario gives none (``Engine.batch_limits``: vLLM's budget below 70 GiB, SGLang's chunk)."""
-    from planner.catalog.frameworks import as_run
 
     engine = engine.on(hardware)
-    hw = as_run(hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
+    hw = engine.profile_on(hardware)
     picked = engine.device_picks(hw)
     if not picked:
         return []

@@ -413,7 +413,7 @@ def verify_by_simulation(model: ModelSpec, d: Deployment, workload: Workload, sl
     from planner.serving.slo import judge
 
     k = instances or d.instances
-    hw = as_run(d.hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
+    hw = engine.profile_on(d.hardware)
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     lay = Layout.of(d.tp, d.ep, d.pp)
     arrival, inp, out = workload.sample(requests, seed)

@@ -20,7 +20,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import hardware as get_hardware
 from planner.catalog.model import ModelSpec
 from planner.designs.autoscale import safe_floor, safe_target_utilization, simulate, step_demand
@@ -66,8 +65,8 @@ class HorizonResult(BaseModel):
 
 def _layout_curve(model, d: Deployment, engine: Engine, stats, scv: float):
     """The serving curve of ``d``'s layout at lengths ``stats``, on its device as the search ran
-    it (the engine's entry, memory setting and KV-pool cap applied: ``as_run``)."""
-    hw = as_run(d.hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
+    it (the engine's entry, memory setting and KV-pool cap applied: ``Engine.profile_on``)."""
+    hw = engine.profile_on(d.hardware)
     dtypes = DTypes(weight=DType(d.weight_dtype), kv=DType(d.kv_dtype))
     return serving_curve(model, hw, Layout.of(d.tp, d.ep, d.pp), dtypes, engine, stats, scv)
 

@@ -204,10 +204,9 @@ def _think(w: SessionWorkload):
 def deployment_tiers(model: ModelSpec, d: Deployment, w: SessionWorkload, spec: KVCacheSpec,
                      capacity: dict[str, float] | None = None, engine: Engine | None = None) -> list[Tier]:
     """The KV tiers of one instance of ``d``, its HBM tier what the KV pool holds beyond the running
-    sequences on the device as ``engine`` runs it (entry, memory setting and KV-pool cap: ``as_run``;
-    none: the vendor's default engine), as the search sized it."""
-    e = engine or Engine()
-    hw = as_run(d.hardware, e.framework, None, e.memory_fraction, e.kv_pool_tokens)
+    sequences on the device as ``engine`` runs it (entry, memory setting and KV-pool cap:
+    ``Engine.profile_on``; none: the vendor's default engine), as the search sized it."""
+    hw = (engine or Engine()).profile_on(d.hardware)
     dtypes = resolve_dtypes(model, d.weight_dtype, d.kv_dtype)
     running = d.decode_batch * length_stats(w).mean_decode_ctx
     return instance_tiers(model, hw, Layout.of(d.tp, d.ep, d.pp), dtypes, spec.tiers, spec.platform or hw.name,

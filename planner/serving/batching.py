@@ -67,6 +67,13 @@ class Engine(Frozen):
         given = {name: getattr(self, name) for name in self.model_fields_set if name != "framework"}
         return Engine.model_validate({**given, "framework": framework_for(self.framework, hardware(hw))})
 
+    def profile_on(self, hw: HardwareProfile | str) -> HardwareProfile:
+        """Device ``hw`` (a name, YAML path or profile) as this engine runs it: its framework
+        entry for that device, its memory setting and its KV-pool cap (``frameworks.as_run``)."""
+        from planner.catalog.frameworks import as_run
+
+        return as_run(hw, self.framework, None, self.memory_fraction, self.kv_pool_tokens)
+
     @model_validator(mode="before")
     @classmethod
     def _framework_knobs(cls, data: Any) -> Any:

@@ -8,7 +8,6 @@ import numpy as np
 
 from planner.catalog.bands import Banded, band_fields
 from planner.catalog.dtypes import DType
-from planner.catalog.frameworks import as_run
 from planner.catalog.hardware import HardwareProfile
 from planner.catalog.model import ModelSpec
 from planner.catalog.model_catalog import model as get_model
@@ -67,7 +66,7 @@ def instance_curve(model: str | ModelSpec, hardware: str | HardwareProfile, tp: 
     context check still reads ``input_len + output_len``)."""
     m = get_model(model)
     engine = engine_running(engine, framework)
-    hw = as_run(hardware, engine.framework, None, engine.memory_fraction, engine.kv_pool_tokens)
+    hw = engine.profile_on(hardware)
     for name, v in (("input_len", input_len), ("output_len", output_len), ("tp", tp), ("pp", pp), ("ep", ep)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{name} must be a positive integer, got {v!r}")
