@@ -331,17 +331,18 @@ def frameworks_list(json_out: bool = typer.Option(False, "--json", help="Print J
     rows = []
     for name in list_frameworks():
         fw = framework(name)
-        rows.append(dict(name=name, vendors=fw.vendors, default_for=[v for v, d in DEFAULT_FRAMEWORKS.items()
-                                                                     if d == name],
+        default_for = [v for v, d in DEFAULT_FRAMEWORKS.items() if d == name]
+        rows.append(dict(name=name, family=fw.family, vendors=fw.vendors, default_for=default_for,
                          description=fw.description))
     if json_out:
         print_json(rows)
         return
     t = Table(title="Serving engines (--framework NAME or a framework YAML file; planner frameworks show NAME)")
-    for col in ("name", "vendors", "default on", "description"):
+    for col in ("name", "engine", "vendors", "default on", "description"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], ", ".join(r["vendors"]), ", ".join(r["default_for"]), r["description"])
+        t.add_row(r["name"], r["family"] or "-", ", ".join(r["vendors"]), ", ".join(r["default_for"]),
+                  r["description"])
     out.print(t)
 
 
@@ -356,13 +357,14 @@ def frameworks_show(name: str = typer.Argument(..., help="Entry name or a framew
     fw = framework(name)
     rows = entry_figures(fw)
     if json_out:
-        print_json({"name": fw.name, "vendors": fw.vendors, "description": fw.description,
+        print_json({"name": fw.name, "family": fw.family, "vendors": fw.vendors, "description": fw.description,
                     "figures": [dict(path=p, value=v, source=src, note=note) for p, v, src, note in rows]})
         return
     def shown(value: object) -> str:
         return f"{value:.6g}" if isinstance(value, float) else ("-" if value in ({}, "") else str(value))
 
-    out.print(figure_table(f"{fw.name or name} ({', '.join(fw.vendors) or 'any vendor'}): {fw.description}",
+    engine = f"{fw.family} on " if fw.family else ""
+    out.print(figure_table(f"{fw.name or name} ({engine}{', '.join(fw.vendors) or 'any vendor'}): {fw.description}",
                            [(path, shown(value), src, note) for path, value, src, note in rows]))
 
 
@@ -565,9 +567,12 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
         write_csv(result, csv_out)
     if emit and emit[0] is not None:
         from planner.emit import emit as write_launch_files
+        from planner.emit import launch_note
 
         for path in write_launch_files(result, scn, *emit):
             typer.echo(f"wrote {path}", err=True)
+        if note := launch_note(result, scn, emit[0]):
+            typer.echo(f"note: {note}", err=True)
 
 
 @app.command()

@@ -42,14 +42,23 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
 
 ENGINES = ("vllm", "sglang", "trtllm", "mindie", "k8s")
+# the engine each launch runs (Framework.family): a Kubernetes Deployment runs vLLM
+LAUNCHED = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "mindie": "mindie", "k8s": "vllm"}
 # device-plugin resource names per vendor (NVIDIA, AMD and Ascend Kubernetes device plugins)
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "huawei": "huawei.com/Ascend910"}
+# vLLM's published image per vendor: vLLM's own CUDA image (docs.vllm.ai, "Using Docker": vllm/vllm-openai),
+# AMD's ROCm build (rocm.docs.amd.com "vLLM inference and serving on ROCm": rocm/vllm:<tag>, whose Docker Hub
+# tags include latest, ROCm/amdgpu-docs issue #88) and vllm-ascend's (its Quick Start:
+# quay.io/ascend/vllm-ascend:<version>, with an -a3 suffix for Atlas A3 / Ascend 910C machines; no latest tag)
+VLLM_IMAGE = {"nvidia": "vllm/vllm-openai:latest", "amd": "rocm/vllm:latest",
+              "huawei": "quay.io/ascend/vllm-ascend:v0.23.0"}
 NODE_DEVICES = 8          # devices of a typical 8-GPU/NPU server: larger instances span nodes
 
 
@@ -114,7 +123,7 @@ def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path
                          "emitted yet")
     from planner.outputs import atomic_path
 
-    plan = _engine_plan(result, scn)
+    plan = {**_engine_plan(result, scn), "launch": engine}
     files = {"vllm": lambda: {"vllm.sh": _script("vllm", plan)},
              "sglang": lambda: {"sglang.sh": _script("sglang", plan)},
              "trtllm": lambda: {"trtllm.sh": _script("trtllm", plan)},
@@ -141,12 +150,42 @@ def k8s_name(text: str) -> str:
     return label or "planner"
 
 
+def modelled_engine(result: Any, scn: Any) -> tuple[Any, Any, Any]:
+    """(profile, engine, framework entry) of ``result``'s chosen device as the plan ran it."""
+    from planner.catalog.frameworks import engine_name, framework
+    from planner.catalog.hardware import hardware
+
+    profile = hardware(next(h for h in scn.search.hardware if hardware(h).name == result.best.hardware))
+    engine = scn.engine.on(profile)
+    return profile, engine, framework(engine_name(engine.framework, profile))
+
+
+def other_engine(entry: Any, hw: Any, engine: str) -> str:
+    """Why the launch ``engine`` writes may not reach the plan's figures ('' if it runs the engine
+    the plan modelled, or the entry names none): another engine's scheduler, memory policy and
+    kernels; the bundled entry of the launched engine on ``hw``'s vendor to plan with instead."""
+    from planner.catalog.frameworks import family_entries
+
+    launched = LAUNCHED[engine]
+    if entry.family is None or entry.family == launched:
+        return ""
+    alt = family_entries(launched, hw)
+    fix = (f"plan with engine.framework: {alt[0]} for figures this launch should reach" if alt else
+           f"no bundled entry models {launched} on {hw.vendor} devices")
+    return (f"the plan's figures are the {entry.name or 'custom'} entry's ({entry.family}); this file launches "
+            f"{launched}, whose scheduler, memory policy and kernels differ: {fix}")
+
+
+def launch_note(result: Any, scn: Any, engine: str) -> str:
+    """``other_engine`` for ``result``'s chosen device: what the CLI says beside the files."""
+    profile, _, entry = modelled_engine(result, scn)
+    return other_engine(entry, profile, engine)
+
+
 def _engine_plan(result: Any, scn: Any) -> dict:
     """Everything the launch files need, from the plan and the planner's own memory model."""
     import numpy as np
 
-    from planner.catalog.frameworks import engine_name, framework
-    from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
     from planner.perf.estimate import resolve_dtypes
     from planner.perf.memory import (
@@ -160,9 +199,7 @@ def _engine_plan(result: Any, scn: Any) -> dict:
     from planner.perf.parallel import Layout, on_dies
 
     b = result.best
-    profile = hardware(next(h for h in scn.search.hardware if hardware(h).name == b.hardware))
-    engine = scn.engine.on(profile)          # the engine the plan ran on that device
-    entry = framework(engine_name(engine.framework, profile))
+    profile, engine, entry = modelled_engine(result, scn)
     m = engine.model_as_run(model(scn.model))
     hw = engine.profile_on(profile)
     lay = Layout.of(b.tp, b.ep, b.pp)
@@ -337,6 +374,8 @@ def _header(p: dict, comment: str = "#") -> str:
         f"(peak {b.peak_power_w / 1e3:.1f} kW)",
         f"memory: the engine may use {p['mem_util']:.0%} of each device's HBM (the planner's assumption)",
     ]
+    if why := other_engine(p["framework"], p["hw"], p["launch"]):
+        lines += textwrap.wrap(f"NOTE {why}", 110, subsequent_indent="  ")
     if p["pool_cap"] is not None:
         held = min(p["pool_cap"], p["memory_tokens"])
         lines.append(f"KV pool: {held:,} tokens per attention replica, the smaller of the launch's cap "
@@ -464,6 +503,12 @@ def _flag_lines(args: list[str]) -> list[str]:
     return out
 
 
+def _vllm_image(hw: Any) -> str:
+    """vLLM's container image for ``hw``'s vendor (``VLLM_IMAGE``), the A3 build on a 910C package."""
+    image = VLLM_IMAGE[hw.vendor]
+    return image + "-a3" if hw.vendor == "huawei" and "910c" in f"{hw.name} {hw.base or ''}" else image
+
+
 def _k8s(p: dict) -> str:
     """One Deployment: ``replicas`` instances, each a pod with the instance's devices running vLLM."""
     import yaml
@@ -482,7 +527,7 @@ def _k8s(p: dict) -> str:
                 "metadata": {"labels": {"app": p["name"]}},
                 "spec": {
                     "containers": [{
-                        "name": "engine", "image": "vllm/vllm-openai:latest", "command": ["vllm"], "args": args,
+                        "name": "engine", "image": _vllm_image(hw), "command": ["vllm"], "args": args,
                         "ports": [{"containerPort": 8000}],
                         "resources": {"limits": {GPU_RESOURCE[hw.vendor]: p["devices"]}},
                         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],

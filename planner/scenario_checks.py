@@ -17,6 +17,7 @@ def check_scenario(scn: Any) -> None:
     _check_profile_files(scn)
     _check_one_engine(scn)
     _check_framework_vendors(scn)
+    _check_split_engines(scn)
     _check_design_machines(scn)
     _check_something_to_evaluate(scn)
     _check_price_keys(scn)
@@ -188,6 +189,44 @@ def _check_framework_vendors(scn: Any) -> None:
                                   f"{why}; or drop this key: {hw.name} then runs its vendor's default")
                 raise located(path, why + ("" if len(vendors) == 1 else
                                            "; or leave it unset: each device then runs its own vendor's default"))
+
+
+def _check_split_engines(scn: Any) -> None:
+    """A Splitwise design's prompt and token machines run one engine (``Framework.family``): the KV
+    cache moves from a prompt machine to a token machine through that engine's own transfer
+    connector (vLLM's KV connectors, SGLang's disaggregation backends, ...), and no engine hands its
+    cache to another's decode. Where a mapping by vendor or device gives the two machines entries
+    of different engines, the pair is refused at its line."""
+    from planner.catalog.frameworks import engine_name, family_entries, framework
+    from planner.catalog.hardware import hardware
+
+    d = scn.design
+    spec, path = (d, "design") if d.type == "splitwise" else (getattr(d, "splitwise", None), "design.splitwise")
+    if spec is None or not isinstance(scn.engine.framework, dict):
+        return            # one entry (or each vendor's vLLM) on both machines
+    pairs = [(f"{path}.designs.{i}.token.hardware", c.prompt.hardware, c.token.hardware)
+             for i, c in enumerate(spec.designs)]
+    pairs += [(f"{path}.search.pairs.{i}", p, t) for i, (p, t) in enumerate(spec.search.pairs if spec.search else [])]
+    for where, prompt, token in pairs:
+        try:
+            hp, ht = hardware(prompt), hardware(token)
+        except PlannerError:          # an unknown name is blamed where it is written
+            continue
+        fp, ft = (framework(engine_name(scn.engine.framework, h)) for h in (hp, ht))
+        if fp.family and ft.family and fp.family != ft.family:
+            alt = family_entries(fp.family, ht)
+            fix = f"map {ht.name} to {_engine_label(alt[0])}" if alt else f"map {hp.name} to an entry of {ft.family}"
+            raise located(where, f"prompt machines ({hp.name}) run {_engine_label(fp.name)} and token machines "
+                          f"({ht.name}) run {_engine_label(ft.name)}: the KV cache moves between them through one "
+                          f"engine's own transfer connector, so both pools run one engine; {fix}")
+
+
+def _engine_label(name: str) -> str:
+    """``vllm-rocm (vllm)``: an entry with its engine family where the names differ."""
+    from planner.catalog.frameworks import framework
+
+    family = framework(name).family
+    return name if family in (None, name) else f"{name} ({family})"
 
 
 def _check_something_to_evaluate(scn: Any) -> None:

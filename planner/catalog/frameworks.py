@@ -37,6 +37,10 @@ from planner.yamlio import load_yaml, validation_error
 FRAMEWORKS_FILE = Path(__file__).resolve().parent / "frameworks.yaml"
 
 
+# the serving engines the entries describe (Framework.family)
+EngineFamily = Literal["vllm", "sglang", "tensorrt-llm", "mindie", "cloudmatrix-infer"]
+
+
 class KvReservation(Frozen):
     value: Literal["on_demand", "full_length"]
     source: str
@@ -140,6 +144,9 @@ class Framework(Frozen):
     # the hardware vendors (HardwareProfile.vendor) whose devices this engine runs on and its figures
     # were read from; empty: any (a file of one's own that names none)
     vendors: list[str] = []
+    # the serving engine whose figures the entry holds, on any platform and in any generation
+    # (ENGINE_FAMILIES); None: a file of one's own that names none (not checked)
+    family: EngineFamily | None = None
     # per emitted engine (plan --emit vllm|sglang|trtllm): the launch's own arguments (LaunchArgs)
     launch_args: dict[Literal["vllm", "sglang", "trtllm"], LaunchArgs] = {}
     step_overhead: Seconds | None = None
@@ -384,6 +391,13 @@ def default_framework(hw: HardwareProfile) -> str:
     return DEFAULT_FRAMEWORKS.get(hw.vendor, FALLBACK_FRAMEWORK)
 
 
+def family_entries(family: str, hw: HardwareProfile) -> list[str]:
+    """The bundled entries of engine ``family`` (``Framework.family``) that run on ``hw``, its
+    vendor's default first: what to name for that engine on that device."""
+    names = [name for name, fw in _frameworks().items() if fw.family == family and not vendor_mismatch(fw, hw)]
+    return sorted(names, key=lambda name: name != default_framework(hw))
+
+
 def vendor_mismatch(fw: Framework, hw: HardwareProfile) -> str:
     """Why ``fw`` cannot stand for the engine on ``hw`` ('' if it can): an entry names the vendors
     its engine runs on (CUDA vLLM's kernel, host and memory figures say nothing of an Ascend NPU);
@@ -423,7 +437,7 @@ def entry_figures(fw: Framework) -> list[tuple[str, object, str, str]]:
             elif "source" not in x and k not in ("note",):      # a setting of a group without a source
                 rows.append((f"{path}.{k}" if path else str(k), v, "", ""))
 
-    walk("", fw.model_dump(mode="json", exclude_unset=True, exclude={"name", "description", "vendors"}))
+    walk("", fw.model_dump(mode="json", exclude_unset=True, exclude={"name", "description", "vendors", "family"}))
     return rows
 
 
