@@ -230,7 +230,8 @@ def hardware_compare(names: list[str] = typer.Argument(..., help="Two or more pr
     for label, key, unit in figures:
         t.add_row(label, *[fmt(r[key], unit) for r in rows])
     if model is not None:
-        t.add_row(f"{model} layout", *[r["serving"]["layout"] if r["serving"] else "does not fit" for r in rows])
+        t.add_row(f"{model} layout", *[f"{r['serving']['layout']}, {r['serving']['weights']}" if r["serving"] else
+                                       f"does not fit {r['domain']} devices" for r in rows])
         t.add_row("engine" if framework else "engine (vendor's default)",
                   *[r["serving"]["framework"] if r["serving"] else "-" for r in rows])
         t.add_row("output tok/s per device",

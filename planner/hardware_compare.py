@@ -56,8 +56,17 @@ def best_serving(model: str, hw: HardwareProfile, input_len: int, output_len: in
             per_dev = s.output_tokens_per_s / s.accelerators
             if best is None or per_dev > best["output_tokens_per_s_per_device"]:
                 best = {"layout": f"tp{tp}" + (f" ep{ep}" if ep > 1 else ""), "accelerators": s.accelerators,
+                        "weights": weight_label(hw, weight_dtype),
                         "output_tokens_per_s_per_device": per_dev, "tpot_s": s.tpot_s, "framework": s.framework}
     return best
+
+
+def weight_label(hw: HardwareProfile, weight_dtype: str) -> str:
+    """``fp8 weights``, and ``(weight-only)`` where the device has no matrix units of that format
+    (FP8 on an A100 or a 910B: dequantized to BF16 in the GEMM)."""
+    w = DType(weight_dtype)
+    native = w in hw.peak_flops or w.bytes >= 2
+    return f"{w.value} weights" + ("" if native else " (weight-only)")
 
 
 def compare(names: list[str], cost: CostModel, model: str | None = None, input_len: int = 2000,

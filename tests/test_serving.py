@@ -129,14 +129,16 @@ def test_simulator_refuses_a_request_that_can_never_fit():
 
 def test_throughput_without_room_for_one_sequence_names_deployments_that_fit():
     """An instance with no KV memory for one sequence is an answer with the nearby layouts and
-    formats that hold it (whatif's suggestions), never advice it already follows (fp8 when fp8)."""
+    formats that hold it (whatif's suggestions), fewest devices first, never advice it already
+    follows (fp8 when fp8: the next narrower format is INT4)."""
     from planner.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError,
-                       match=r"does not fit: needs [0-9.]+ GiB per device.*would fit: --tp 8 --ep 8 --pp 2") as e:
+                       match=r"does not fit: needs [0-9.]+ GiB per device.*would fit: --tp 8 --ep 8 --weight-dtype "
+                             r"int4; --tp 8 --ep 8 --pp 2") as e:
         planner.throughput("deepseek-v3", "h100-sxm", tp=8, ep=8, input_len=1000, output_len=100,
                            weight_dtype="fp8", concurrency=64)
-    assert "--weight-dtype" not in str(e.value)
+    assert "--weight-dtype fp8" not in str(e.value)
     with pytest.raises(InfeasibleError, match=r"would fit: .*--weight-dtype fp8"):
         planner.throughput("llama-3.1-405b", "h100-sxm", tp=4, input_len=1000, output_len=100)
 
@@ -150,6 +152,33 @@ def test_throughput_api_closed_loop():
     x = low.requests_per_s
     assert low.concurrency == pytest.approx(x * (low.ttft_s + 255 * low.tpot_s), rel=0.02)
     assert best.accelerators == 8 and best.usd_per_h == pytest.approx(8 * 4.916)
+
+
+def test_suggestions_put_fewest_devices_and_tensor_parallelism_first():
+    """Llama-3.1-70B in BF16 on one H100: FP8 on that one device, then TP2 before PP2 (the same two
+    devices, a shorter step); on an Ascend 910B (61 GiB), whose cube has no FP8, INT8 over two."""
+    from planner.perf.estimate import estimate
+
+    e = estimate("llama-3.1-70b", "h100-sxm", batch=1, input_len=2048, output_len=256)
+    assert e.suggestions[:3] == ["--tp 1 --weight-dtype fp8", "--tp 2", "--tp 1 --pp 2"]
+    a = estimate("llama-3.1-70b", "ascend-910b", batch=1, input_len=2048, output_len=256)
+    assert a.suggestions[0] == "--tp 2 --weight-dtype int8" and not any("fp8" in t for t in a.suggestions)
+
+
+def test_one_client_has_the_engine_to_itself():
+    """A closed loop of one client: nothing queues and no other prompt shares a step, so its TPOT is
+    the batch-1 decode step of whatif (estimate) and its TTFT the prompt's prefill, chunked as the
+    engine chunks it (32,000 tokens in four 8,192-token iterations: a little over the one-pass
+    figure); the open-loop curve at a mean population of one charged +19% TTFT and +29% TPOT."""
+    from planner.perf.estimate import estimate
+
+    one = planner.throughput("llama-3.1-8b", "h100-sxm", input_len=32000, output_len=256, concurrency=1)
+    alone = estimate("llama-3.1-8b", "h100-sxm", batch=1, input_len=32000, output_len=256)
+    assert one.tpot_s == pytest.approx(alone.tpot_s, rel=0.01)
+    assert alone.ttft_s <= one.ttft_s <= 1.05 * alone.ttft_s
+    assert one.requests_per_s == pytest.approx(1 / (one.ttft_s + 255 * one.tpot_s), rel=0.01)
+    two = planner.throughput("llama-3.1-8b", "h100-sxm", input_len=32000, output_len=256, concurrency=2)
+    assert two.output_tokens_per_s > one.output_tokens_per_s and two.tpot_s > one.tpot_s
 
 
 def test_more_kv_capacity_never_lowers_max_throughput():

@@ -223,19 +223,24 @@ def _start_note(m: ModelSpec, hw: HardwareProfile, pool: int) -> list[str]:
     its default maximum length, the model's context (``MemoryPolicy.start_needs_max_len``: vLLM),
     say so and what launch setting serves anyway."""
     rule = hw.memory_policy.start_needs_max_len if hw.memory_policy is not None else None
-    if rule is None or not rule.value or m.max_context is None or m.max_context <= pool:
-        return []
+    if rule is None or not rule.value or m.max_context is None or m.max_context <= pool or pool <= 0:
+        return []          # (no pool at all: the answer says what does not fit)
     return [f"{hw.framework or 'the engine'} starts only if one attention replica's KV pool holds a request of its "
             f"maximum model length, by default the model's context ({m.max_context:,} tokens); this pool holds "
             f"{pool:,}: launch with --max-model-len {pool} or less (or give the pool more memory)"]
 
 
-def _phase(st: StepTime, time_s: float) -> PhaseEstimate:
+def _phase(st: StepTime, time_s: float, steps_per_device: float = 1.0) -> PhaseEstimate:
+    """The phase of step ``st`` taking ``time_s``: its bound (the operators' or, where the engine's
+    host time exceeds each of theirs, ``overhead``: ``regime.dominant_bound``), and FLOPs and bytes
+    per device over ``steps_per_device`` of its steps (a pipeline's prefill step is one prompt
+    through every layer; each device runs ``batch / pp`` of them)."""
     flops = sum(float(np.ravel(t.op.count * np.asarray(t.op.flops))[0]) for t in st.ops)
     nbytes = sum(float(np.ravel(t.op.count * np.asarray(t.op.mem_bytes))[0]) for t in st.ops)
     comm = sum(float(np.ravel(t.time_s)[0]) for t in st.ops if t.op.kind.value.startswith("all_"))
-    return PhaseEstimate(time_s=time_s, bound=str(np.ravel(st.bound)[0]), flops_per_device=flops,
-                         bytes_per_device=nbytes, comm_s=comm)
+    return PhaseEstimate(time_s=time_s, bound=str(np.ravel(dominant_bound(st))[0]),
+                         flops_per_device=flops * steps_per_device, bytes_per_device=nbytes * steps_per_device,
+                         comm_s=comm)
 
 
 def _positive_int(name: str, value) -> int:
@@ -280,7 +285,7 @@ def estimate(model: str | ModelSpec, hardware: str | HardwareProfile, *, tp: int
     r = evaluate(m, hw, lay, batch, input_len, output_len, dtypes, spec)
     f = _first
     ttft, tpot = f(r.ttft_s), f(r.tpot_s)
-    prefill = _phase(r.prefill, ttft)
+    prefill = _phase(r.prefill, ttft, batch / pp if pp > 1 else 1.0)
     if cp > 1:
         ttft, prefill = _cp_ttft(m, hw, lay, dtypes, batch, input_len, cp)
     e2e = ttft + (output_len - 1) * tpot
@@ -375,14 +380,17 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
                   f"states ({f(mem.state_pool):.1f} GiB per device in whole slots, its share of the cache memory) "
                   f"but the batch has {batch} sequences")
     tp0, ep0, pp0 = (int(np.ravel(x)[0]) for x in (lay.tp, lay.ep, lay.pp))
-    options = []
-    for tp in (tp0, 2 * tp0, 4 * tp0, 8 * tp0):
-        for pp in (pp0, 2 * pp0, 4 * pp0):
-            for w in (dtypes.weight, DType.fp8):
-                options.append((tp, ep0, pp, w))
+    narrower = _narrower_weights(hw, dtypes.weight)
+    # fewest devices first; on as many devices, tensor before pipeline parallelism (it also cuts the
+    # step time), the weights' format before a narrower one
+    options = sorted({(tp, ep0, pp, w) for tp in (tp0, 2 * tp0, 4 * tp0, 8 * tp0) for pp in (pp0, 2 * pp0, 4 * pp0)
+                      for w in (dtypes.weight, narrower) if w is not None},
+                     key=lambda o: (o[0] * o[2], o[2], o[3] != dtypes.weight))
     seen, tips, smaller = set(), [], (0, "")     # smaller: the most sequences a nearby layout holds
+    fitting_layouts = set()
     for tp, ep, pp, w in options:
-        if (tp, ep, pp, w) in seen or (tp, ep, pp, w) == (tp0, ep0, pp0, dtypes.weight):
+        if (tp, ep, pp, w) in seen or (tp, ep, pp, w) == (tp0, ep0, pp0, dtypes.weight) \
+                or (tp, ep, pp) in fitting_layouts:      # fits already in the weights' own format
             continue
         seen.add((tp, ep, pp, w))
         cand = Layout.of(tp, ep, pp)
@@ -396,6 +404,7 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
                  + (f" --weight-dtype {w.value}" if w != dtypes.weight else ""))
         if bool(np.ravel(use.fits)[0]):
             tips.append(flags)
+            fitting_layouts.add((tp, ep, pp))
         elif int(np.ravel(use.max_batch)[0]) > smaller[0]:
             smaller = (int(np.ravel(use.max_batch)[0]), flags)
         if len(tips) >= 3:
@@ -407,6 +416,16 @@ def _why_not(m: ModelSpec, hw: HardwareProfile, lay: Layout, mem: MemoryUse, dty
         tips.append(f"{smaller[1]} --batch {smaller[0]} (no nearby layout holds {batch} sequences of "
                     f"{input_len + output_len:,} tokens; this one holds the most)")
     return reason, tips
+
+
+def _narrower_weights(hw: HardwareProfile, weight: DType) -> DType | None:
+    """The next narrower weight format to suggest: from 16 bits the 8-bit one the device's matrix
+    units run (FP8 where it has an FP8 peak, else INT8: A100, Ascend), from 8 bits 4-bit INT4
+    (AWQ / GPTQ / W4A8 checkpoints); None below."""
+    if weight.bytes >= 2:
+        return DType.fp8 if DType.fp8 in hw.peak_flops or DType.int8 not in hw.peak_flops \
+            else DType.int8
+    return DType.int4 if weight.bytes >= 1 else None
 
 
 def estimate_inputs(e: Estimate) -> tuple[ModelSpec, HardwareProfile, DraftSpec | None]:

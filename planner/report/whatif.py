@@ -46,10 +46,11 @@ def print_estimate(e: Estimate, explain: bool = False) -> None:
         ("dtypes", f"weights {e.weight_dtype}, KV {e.kv_dtype}"
                    + (f", linear-attention state {e.state_dtype}" if e.state_dtype else "")),
         ("framework", f"{e.framework} (efficiencies and overheads of this engine; --framework to change)"),
-        ("TTFT", f"{banded(e.ttft_s, e.ttft_s_p10, e.ttft_s_p90, 's')}  ({e.prefill.bound}-bound, "
+        ("TTFT", f"{banded(e.ttft_s, e.ttft_s_p10, e.ttft_s_p90, 's')}  ({_bound(e.prefill.bound)}, "
                  f"comm {si(e.prefill.comm_s, 's')})"),
-        ("TPOT", f"{banded(e.tpot_s, e.tpot_s_p10, e.tpot_s_p90, 's')}  ({e.decode.bound}-bound, "
-                 f"comm {si(e.decode.comm_s, 's')})"),
+        ("TPOT", f"{banded(e.tpot_s, e.tpot_s_p10, e.tpot_s_p90, 's')}  ({_bound(e.decode.bound)}, "
+                 f"comm {si(e.decode.comm_s, 's')})" if e.output_len > 1 else
+                 "- (one output token: the prefill makes it, no decode step)"),
         ("end-to-end", si(e.e2e_s, "s")),
         ("output tokens/s",
          f"{e.output_tokens_per_s:,.0f}{_range(e.output_tokens_per_s_p10, e.output_tokens_per_s_p90)}  "
@@ -123,3 +124,9 @@ def short_source(text: str, width: int = 48) -> str:
     cuts = [i for sep in (" (", ", ", ": ", "; ") if 0 < (i := text.find(sep)) <= width]
     head = text[:min(cuts)] if cuts else text[:width].rsplit(" ", 1)[0]
     return head + " ..."
+
+
+def _bound(bound: str) -> str:
+    """``compute-bound``, ...; a phase the engine's host time sets (step overhead, eager operator
+    launches) is ``host-bound``."""
+    return "host-bound" if bound == "overhead" else f"{bound}-bound"
