@@ -208,3 +208,41 @@ def test_a_bad_variant_is_named_as_the_scenario_would_name_it(tmp_path):
     with pytest.raises(InputError, match=r"variant \{'workload.rate': -1\}: workload\.rate: Input should be greater "
                                          r"than or equal to 0\.000001, got -1$"):
         check(load_sweep(f))
+
+
+def test_rows_are_reused_only_for_the_scenario_they_ran(tmp_path):
+    """Ids hash the variant's whole scenario: a second sweep file writing to the same output from
+    another base (another model) runs its variants, where it took the first one's rows as done, and
+    an edited base runs again."""
+    out = tmp_path / "shared.csv"
+    a = tmp_path / "a.yaml"
+    a.write_text(SWEEP)
+    b = tmp_path / "b.yaml"
+    b.write_text(SWEEP.replace("model: llama-3.1-8b", "model: qwen3-32b"))
+    assert run_sweep(load_sweep(a), out, progress=False).ran == 8
+    second = run_sweep(load_sweep(b), out, progress=False)
+    assert second.skipped == 0 and second.ran == 8
+    assert run_sweep(load_sweep(b), out, progress=False).skipped == 8      # a rerun of the same skips
+    assert len(_rows(out)) == 16
+
+
+def test_a_value_given_twice_in_a_grid_is_refused(tmp_path):
+    p = tmp_path / "twice.yaml"
+    p.write_text(SWEEP.replace("workload.rate: [5, 400]", "workload.rate: [5, 400, 5]"))
+    with pytest.raises(InputError, match=r"twice.yaml:\d+ grid.workload.rate: 5 is given more than once"):
+        load_sweep(p)
+
+
+def test_a_parquet_out_file_not_a_sweeps_is_refused_untouched(sweep_file, tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (pip install 'planner[parquet]')")
+    import pyarrow.parquet as pq
+
+    garbage = tmp_path / "g.parquet"
+    garbage.write_bytes(b"garbage")
+    r = CliRunner().invoke(app, ["sweep", str(sweep_file), "--out", str(garbage), "--quiet"])
+    assert r.exit_code == 2 and "not a readable Parquet file" in r.output and garbage.read_bytes() == b"garbage"
+    mine = tmp_path / "mine.parquet"
+    pq.write_table(pa.table({"id": ["abc"], "my_measurements": [42.0]}), mine)
+    before = mine.read_bytes()
+    r = CliRunner().invoke(app, ["sweep", str(sweep_file), "--out", str(mine), "--quiet"])
+    assert r.exit_code == 2 and "not this sweep's result file" in r.output and mine.read_bytes() == before

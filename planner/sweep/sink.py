@@ -74,18 +74,7 @@ class CsvSink:
         self.done.discard("")
 
     def _check_header(self, header: list[str]) -> None:
-        """Refuse a header with other columns than this sweep writes, or without its id and grid
-        columns: another sweep's or tool's file, whose rows would lose the results."""
-        if "id" not in header:
-            raise InputError(f"{self.path}:1: not a sweep result file (no 'id' column); it is left as it is: "
-                             "choose another --out")
-        ours = ["id", *self.params, "status", "message", "seconds", "extra"]
-        lacks = [c for c in ours[:1 + len(self.params)] if c not in header]
-        other = [c for c in header if c not in ours and not c.startswith("result.")]
-        if lacks or other:
-            diff = " and ".join([f"has {_names(other)}"] * bool(other) + [f"lacks {_names(lacks)}"] * bool(lacks))
-            raise InputError(f"{self.path}:1: header: not this sweep's result file: it {diff} (this sweep writes "
-                             f"{', '.join(ours[:-1])}, result.*, extra); it is left as it is: choose another --out")
+        check_columns(f"{self.path}:1: header", header, self.params)
 
     def write(self, row: dict[str, Any]) -> None:
         if self.header is None:
@@ -151,6 +140,21 @@ class _Lines:
         return text
 
 
+def check_columns(where: str, header: list[str], params: list[str]) -> None:
+    """Refuse columns other than a sweep writes, or without its id and grid columns: another
+    sweep's or tool's file, whose rows would lose the results (``where``: the file, and its line)."""
+    if "id" not in header:
+        raise InputError(f"{where}: not a sweep result file (no 'id' column); it is left as it is: "
+                         "choose another --out")
+    ours = ["id", *params, "status", "message", "seconds", "extra"]
+    lacks = [c for c in ours[:1 + len(params)] if c not in header]
+    other = [c for c in header if c not in ours and not c.startswith("result.")]
+    if lacks or other:
+        diff = " and ".join([f"has {_names(other)}"] * bool(other) + [f"lacks {_names(lacks)}"] * bool(lacks))
+        raise InputError(f"{where}: not this sweep's result file: it {diff} (this sweep writes "
+                         f"{', '.join(ours[:-1])}, result.*, extra); it is left as it is: choose another --out")
+
+
 def _names(cols: list[str], most: int = 6) -> str:
     """``a, b, c`` (and how many more past ``most``)."""
     more = f" and {len(cols) - most} more" if len(cols) > most else ""
@@ -169,9 +173,16 @@ class ParquetSink:
         self.done = set(self.journal.done)
         self.notes = self.journal.notes
         if path.exists():
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            self.done |= set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+            try:
+                columns = pq.read_schema(path).names
+                check_columns(str(path), columns, param_keys)
+                self.done |= set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]}); it is left as it "
+                                 "is: choose another --out") from None
 
     def write(self, row: dict[str, Any]) -> None:
         self.journal.write(row)

@@ -13,7 +13,9 @@ output: results.csv                  # or .parquet; --out overrides
 ```
 
 The variants are the Cartesian product of the grid, in file order (the last key varies fastest).
-Each variant has an ``id``: a hash of its overrides, which is how a rerun knows what is done.
+Each variant has an ``id``: a hash of its scenario (the base with its overrides applied), which is
+how a rerun knows what is done: an edited base, or another sweep file sharing the output, gives
+other ids, so no row of another scenario is taken for one of this sweep's.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ class Sweep:
     output: str | None
 
 
-def variant_id(params: dict[str, Any]) -> str:
-    """Stable id of a variant: the first 16 hex digits of the SHA-1 of its overrides as JSON."""
-    return hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+def variant_id(scenario: dict[str, Any]) -> str:
+    """Stable id of a variant: the first 16 hex digits of the SHA-1 of its scenario as JSON (the
+    base and the overrides both: a row is reused only for the very scenario it ran)."""
+    return hashlib.sha1(json.dumps(scenario, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _set_in(data: dict, dotted: str, value: Any, where: str) -> None:
@@ -89,6 +92,11 @@ def load_sweep(path: str | Path) -> Sweep:
         if not isinstance(values, list) or not values:
             raise InputError(f"{path}:{lines.get(('grid', str(key)), 1)} grid.{key}: expected a non-empty list")
         _json_values(path, ("grid", str(key)), values, lines)
+        seen = [json.dumps(v, sort_keys=True) for v in values]
+        if len(set(seen)) < len(seen):
+            twice = next(values[i] for i, v in enumerate(seen) if seen.index(v) != i)
+            raise InputError(f"{path}:{lines.get(('grid', str(key)), 1)} grid.{key}: {twice!r} is given more than "
+                             "once; each value is one variant")
     n = math.prod(len(v) for v in grid.values())
     if n > MAX_VARIANTS:
         sizes = " x ".join(str(len(v)) for v in grid.values())
@@ -101,7 +109,7 @@ def load_sweep(path: str | Path) -> Sweep:
         scn = copy.deepcopy(base)
         for k, v in params.items():
             _set_in(scn, k, v, f"{path}:{lines.get(('grid', k), 1)}")
-        vid = variant_id(params)
+        vid = variant_id(scn)
         scn["name"] = f"{scn.get('name', path.stem)}/{vid}"
         variants.append(Variant(vid, params, scn))
     output = data.get("output")
