@@ -80,13 +80,25 @@ def _num(obj: dict, key: str, path: Path, *, required: bool = True, positive: bo
 
 
 def _stat(obj: dict, key: str, path: Path, *, required: bool = True) -> float | None:
-    """``avg`` of a GenAI-Perf/AIPerf metric object."""
+    """``avg`` of a GenAI-Perf/AIPerf metric object (a length, latency or rate: above 0)."""
     v = obj.get(key)
     if v is None and not required:
         return None
-    if not isinstance(v, dict) or not isinstance(v.get("avg"), (int, float)) or not math.isfinite(v["avg"]):
-        raise InputError(f"{path}: field {key!r}: expected an object with a finite numeric 'avg', got {v!r}")
+    if not isinstance(v, dict) or isinstance(v.get("avg"), bool) or not isinstance(v.get("avg"), (int, float)) \
+            or not math.isfinite(v["avg"]) or v["avg"] <= 0:
+        raise InputError(f"{path}: field {key!r}: expected an object with a positive finite numeric 'avg', "
+                         f"got {v!r}")
     return float(v["avg"])
+
+
+def _degree(obj: dict, key: str, path: Path) -> int | None:
+    """A parallel degree of the run's layout (trtllm-bench ``world_info``): a positive integer, or absent."""
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+        raise InputError(f"{path}: field 'world_info.{key}': expected a positive integer, got {v!r}")
+    return int(v)
 
 
 def _find(obj, key: str):
@@ -117,7 +129,8 @@ def _vllm_like(obj: dict, path: Path, tool: str) -> Run:
         raise InputError(f"{path}: field 'completed': expected at least one completed request, got {done:g}")
     i = _num(obj, "total_input_tokens", path, positive=True) / done
     o = _num(obj, "total_output_tokens", path, positive=True) / done
-    ttft, tpot = _num(obj, "mean_ttft_ms", path) / 1e3, _num(obj, "mean_tpot_ms", path) / 1e3
+    ttft = _num(obj, "mean_ttft_ms", path, positive=True) / 1e3
+    tpot = _num(obj, "mean_tpot_ms", path, positive=True) / 1e3
     e2e = next((v for k in ("mean_e2el_ms", "mean_e2e_latency_ms", "mean_latency_ms")
                 if (v := _num(obj, k, path, required=False))), None)
     e2e_s = e2e / 1e3 if e2e else ttft + (o - 1) * tpot
@@ -131,7 +144,7 @@ def _vllm_like(obj: dict, path: Path, tool: str) -> Run:
     else:
         c = _concurrency(path, cap, rate, _num(obj, "request_throughput", path, required=False, positive=True),
                          e2e_s)
-    tps = _num(obj, "output_throughput", path)
+    tps = _num(obj, "output_throughput", path, positive=True)
     if done <= c:              # one wave, never refilled: no steady state, the slowest request sets the makespan
         tps = None
     return Run(str(path), tool, int(round(i)), int(round(o)), c, ttft, tpot, tps,
@@ -162,13 +175,14 @@ def _trtllm_bench(obj: dict, path: Path) -> Run:
     stream = obj.get("streaming_metrics") or {}
     world = obj.get("world_info") or {}
     c = _num(req, "avg_num_concurrent_requests", path, positive=True)
-    ttft = _num(stream, "avg_ttft_ms", path, required=False)
-    tpot = _num(stream, "avg_tpot_ms", path, required=False)
+    ttft = _num(stream, "avg_ttft_ms", path, required=False, positive=True)
+    tpot = _num(stream, "avg_tpot_ms", path, required=False, positive=True)
     return Run(str(path), "trtllm-bench", int(round(_num(req, "avg_input_length", path, positive=True))),
                int(round(_num(req, "avg_output_length", path, positive=True))), max(1, int(round(c))),
                ttft / 1e3 if ttft else None, tpot / 1e3 if tpot else None,
-               _num(perf, "system_output_throughput_tok_s", path),
-               tp=world.get("tp_size"), pp=world.get("pp_size"), ep=world.get("ep_size"),
+               _num(perf, "system_output_throughput_tok_s", path, positive=True),
+               tp=_degree(world, "tp_size", path), pp=_degree(world, "pp_size", path),
+               ep=_degree(world, "ep_size", path),
                version=(obj.get("engine") or {}).get("version"))
 
 

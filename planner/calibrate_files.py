@@ -113,17 +113,43 @@ def base_entry(name: str) -> Framework:
 
 def calibrate_files(files: list[str], hw_name: str, model: str, name: str, deploy: dict,
                     host: bool = False) -> tuple[Framework, dict]:
+    from planner.catalog.frameworks import vendor_mismatch
+
+    twice = sorted({f for f in files if sum(Path(g).resolve() == Path(f).resolve() for g in files) > 1})
+    if twice:
+        raise InputError(f"{twice[0]}: given more than once; each result file is its runs once")
     runs = [r for f in files for r in read_runs(f)]
-    hardware(hw_name)                                    # unknown names fail before any work
+    hw = hardware(hw_name)                               # unknown names fail before any work
+    base = base_entry(name)
+    if why := vendor_mismatch(base, hw):
+        raise InputError(f"--framework: {why}")
     for key in ("tp", "pp", "ep"):                       # the files' layout unless given
         if deploy.get(key) is None:
             vals = {getattr(r, key) for r in runs if getattr(r, key)}
-            deploy[key] = int(vals.pop()) if len(vals) == 1 else 1
-    fw, report = fit_runs(runs, hw_name, model, deploy, base_entry(name), host)
-    report |= {"files": files, "runs": len(runs), "tools": sorted({r.tool for r in runs}), "hardware": hw_name,
+            if len(vals) > 1:
+                raise InputError(f"the result files ran {key} = {', '.join(str(v) for v in sorted(vals))}: one fit is "
+                                 f"for one layout; calibrate each layout's files apart (or give --{key})")
+            deploy[key] = int(vals.pop()) if vals else 1
+    fw, report = fit_runs(runs, hw_name, model, deploy, base, host)
+    report |= {"base": _base_note(name),
+               "files": files, "runs": len(runs), "tools": sorted({r.tool for r in runs}), "hardware": hw_name,
                "model": model, **{k: v for k, v in deploy.items() if v is not None}}
     desc = f"{name}: fitted by planner calibrate to {len(runs)} run(s) ({', '.join(report['tools'])}) on {hw_name}"
     return fw.model_copy(update={"description": desc}), report
+
+
+def _base_note(name: str) -> str | None:
+    """None where ``name`` is a catalog entry (the fit starts from it); else what the fit starts
+    from, with the catalog entry the name may have meant."""
+    import difflib
+
+    from planner.catalog.frameworks import list_frameworks
+
+    if name in list_frameworks():
+        return None
+    close = difflib.get_close_matches(name, list_frameworks(), n=1, cutoff=0.6)
+    return (f"{name} is not a catalog entry, so the fit starts from the profile's defaults and no engine's scheduler"
+            + (f" (did you mean --framework {close[0]}?)" if close else ""))
 
 
 HEADER = "# Framework entry fitted by `planner calibrate`"
@@ -139,6 +165,9 @@ def check_entry_target(path: Path, inputs: list[str]) -> Path:
     from planner.yamlio import read_text
 
     check_output(path, "--output", inputs)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise InputError(f"--output {path}: a framework entry is a YAML file (.yaml or .yml), which --framework "
+                         "and engine.framework read by that suffix")
     if path.exists() and not read_text(path, "file").startswith(HEADER):
         raise InputError(f"--output {path}: exists and was not written by planner calibrate; it is left as it is: "
                          f"give another --output (or --framework name) or move it away")

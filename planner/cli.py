@@ -406,6 +406,10 @@ def whatif(
     from planner.perf.estimate import estimate, operator_breakdown
     from planner.report import err, print_json
 
+    if mtp_acceptance and not mtp_tokens:
+        raise typer.BadParameter("an acceptance rate without draft tokens would be ignored; give --mtp-tokens too",
+                                 param_hint="--mtp-acceptance")
+
     e = estimate(model, hardware, tp=tp, pp=pp, ep=ep, batch=batch, input_len=input_len,
                  output_len=output_len, weight_dtype=weight_dtype.value,
                  kv_dtype=kv_dtype.value if kv_dtype else None, mtp_tokens=mtp_tokens, mtp_acceptance=mtp_acceptance,
@@ -501,7 +505,7 @@ def plan(scenario: str = typer.Argument(..., help="Scenario YAML file."),
     if emit and emit[0] is not None:
         from planner.emit import check_emit
 
-        check_emit(*emit)
+        check_emit(*emit, design=scn.design.type)
     if plot:
         from planner.report.plots import _pyplot
 
@@ -583,6 +587,7 @@ def compare(scenarios: list[str] = typer.Argument(..., help="Two or more scenari
             sets: list[str] = typer.Option([], "--set", help="Override a field in every scenario: "
                                            "key.path=value; repeatable.")) -> None:
     """Run scenarios and show their headline numbers side by side (JSON keys a, b, c, ...)."""
+    from planner.errors import PlannerError
     from planner.report import err, print_json
     from planner.run import headline, run_scenario
     from planner.scenario import load_scenario
@@ -592,9 +597,12 @@ def compare(scenarios: list[str] = typer.Argument(..., help="Two or more scenari
     loaded = [load_scenario(x, sets) for x in scenarios]     # every file checked before any run
     heads = []
     with err.status("comparing...") as status:
-        for k, scn in enumerate(loaded):
+        for k, (path, scn) in enumerate(zip(scenarios, loaded, strict=True)):
             status.update(f"comparing {k + 1}/{len(loaded)}: {scn.name} ({scn.design.type})...")
-            heads.append(headline(run_scenario(scn)))
+            try:
+                heads.append(headline(run_scenario(scn)))
+            except PlannerError as e:              # which of the scenarios has no answer
+                raise type(e)(f"{path}: {e}") from None
     labels = [chr(ord("a") + k) if k < 26 else f"s{k + 1}" for k in range(len(heads))]
     if json_out:
         print_json(dict(zip(labels, heads, strict=True)))
@@ -738,7 +746,7 @@ def calibrate(
 
     from planner.calibrate_files import calibrate_files, check_entry_target, dump_entry
     from planner.outputs import atomic_path
-    from planner.report import out, print_json
+    from planner.report import err, out, print_json
 
     deploy = dict(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype.value, kv_dtype=kv_dtype.value if kv_dtype else None)
     path = check_entry_target(Path(output or f"{name}.yaml"), [*results, hardware, model])   # before the fit
@@ -753,6 +761,8 @@ def calibrate(
               f"us, per request {report['request_overhead_ms']:.1f} ms" if host_only else
               f"step overhead {report['step_overhead_ms']:.2f} ms, GEMM scale {report['gemm_scale']:.3f}, "
               f"memory scale {report['memory_scale']:.3f}")
+    if report["base"]:
+        err.print(f"note: {report['base']}")
     out.print(f"{name}: {fitted} from {report['runs']} run(s) ({', '.join(report['tools'])})")
     out.print(f"error on those runs: median {report['median_abs_rel_error']:.1%}, max "
               f"{report['max_abs_rel_error']:.1%}; slowdown P10/P50/P90 "

@@ -62,9 +62,12 @@ VLLM_IMAGE = {"nvidia": "vllm/vllm-openai:latest", "amd": "rocm/vllm:latest",
 NODE_DEVICES = 8          # devices of a typical 8-GPU/NPU server: larger instances span nodes
 
 
-def check_emit(engine: str, directory: str | Path) -> Path:
-    """Before the run: a known engine and a folder that exists (or whose parent does) and is writable."""
+def check_emit(engine: str, directory: str | Path, design: str = "colocated") -> Path:
+    """Before the run: a known engine, a colocated ``design`` (the one emitted) and a folder that
+    exists (or whose parent does) and is writable."""
     import os
+
+    _colocated(design)
 
     if engine not in ENGINES:
         from planner.errors import unknown_name
@@ -78,6 +81,11 @@ def check_emit(engine: str, directory: str | Path) -> Path:
         raise InputError(f"--emit {engine} {d}: folder {parent} does not exist or is not writable")
     _refuse_foreign(engine, d, {name: None for name in FIXED_FILES.get(engine, ())})
     return d
+
+
+def _colocated(design: str) -> None:
+    if design != "colocated":
+        raise InputError(f"--emit writes the chosen colocated deployment; the {design} design is not emitted yet")
 
 
 # the files an engine's launch set always has (k8s names its manifest after the plan)
@@ -118,9 +126,7 @@ def _refuse_foreign(engine: str, d: Path, files: dict[str, str | None]) -> None:
 
 def emit(result: Any, scn: Any, engine: str, directory: str | Path) -> list[Path]:
     """Write the ``engine`` files of ``result``'s chosen deployment into ``directory``."""
-    if result.design != "colocated":
-        raise InputError(f"--emit writes the chosen colocated deployment; the {result.design} design is not "
-                         "emitted yet")
+    _colocated(result.design)
     from planner.outputs import atomic_path
 
     plan = {**_engine_plan(result, scn), "launch": engine}
@@ -344,6 +350,9 @@ def sglang_args(p: dict) -> list[str]:
 
 def trtllm_args(p: dict) -> list[str]:
     b = p["b"]
+    if p["hw"].vendor != "nvidia":
+        raise InputError(f"TensorRT-LLM runs on NVIDIA GPUs; the plan chose {p['hw'].name}: emit vllm or sglang"
+                         + (" (or mindie)" if p["hw"].vendor == "huawei" else ""))
     _sglang_only(p, "TensorRT-LLM")
     _no_pool_cap(p, "trtllm-serve", "in an extra options file (kv_cache_config.max_tokens)")
     if p["state"]:

@@ -53,12 +53,18 @@ def check_output(path: str | Path, option: str, inputs: Iterable[str | Path] = (
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix, so writers infer the format); renamed to
-    ``path`` when the block succeeds, deleted when it raises."""
+    ``path`` when the block succeeds, deleted when it raises. The file gets the permissions a file
+    created by ``open`` would (0666 less the umask: mkstemp's are 0600, owner-only), keeping an
+    executable bit a writer set (launch scripts)."""
     p = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=p.suffix, dir=p.parent if str(p.parent) else ".")
     os.close(fd)
     try:
         yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        executable = os.stat(tmp).st_mode & 0o100
+        os.chmod(tmp, (0o777 if executable else 0o666) & ~umask)
         os.replace(tmp, p)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -106,7 +106,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
         s = scn.search
         assert s is not None
         return plan_fleet(m, scn.design, scn.workload, scn.slo, scn.engine, scn.cost, s.hardware, s.tp, s.ep, s.pp,
-                          s.weight_dtype, s.kv_dtype, scn.name)
+                          s.weight_dtype, s.kv_dtype, scn.name, s.max_instances)
     if scn.design.type == "horizon":
         from planner.designs.horizon import plan_horizon
 
@@ -140,6 +140,7 @@ def _run_design(scn: Scenario, rates: dict[str, float]):
             alternatives.append(d)
     stats = length_stats(workload)
     notes, sim = _framework_scheduling(scn.engine, best.hardware) + _device_limits(scn.engine, best.hardware), None
+    notes += _beyond_window(m, scn.workload)
     if scn.engine.mtp_tokens:
         notes.append(f"decode with {scn.engine.mtp_tokens} MTP draft token(s), {scn.engine.mtp_acceptance:.0%} "
                      f"accepted: {scn.engine.speculation.tokens_per_step:.2f} tokens per decode step")
@@ -203,6 +204,25 @@ def _device_limits(engine, hardware: str) -> list[str]:
                      + (" per attention-DP worker" if hw.engine_defaults.seqs_per_replica else ""))
     return [f"engine limits on {hw.name}: {', '.join(parts)} ({hw.framework}'s own default for this device; "
             f"engine.max_batched_tokens / engine.max_num_seqs to change)"]
+
+
+def _beyond_window(m, workload) -> list[str]:
+    """A note where some of the workload's requests (a trace's, or a session's later turns) are
+    longer than the model's context window: they are planned as recorded (as the Splitwise
+    reproduction runs BLOOM-176B on Azure's longer prompts), though an engine would refuse them."""
+    window = m.max_context
+    if not window:
+        return []
+    i, o, w = workload.joint_support()
+    over = (i + o) > window
+    share = float(w[over].sum() / w.sum()) if w.sum() > 0 else 0.0
+    if share <= 0:
+        return []
+    return [f"{share:.1%} of the requests (up to {float((i + o).max()):,.0f} tokens) are longer than {m.name}'s "
+            f"context window of {window:,} tokens: they are planned as recorded, though an engine refuses them "
+            "(vLLM: longer than max_model_len); "
+            + ("set workload.sessions.max_context to end sessions before it" if hasattr(workload, "sessions") else
+               "plan a model with a longer context, or lengths that fit it")]
 
 
 def _framework_scheduling(engine, hardware: str) -> list[str]:

@@ -19,6 +19,7 @@ def check_scenario(scn: Any) -> None:
     _check_framework_vendors(scn)
     _check_split_engines(scn)
     _check_design_machines(scn)
+    _check_search_layouts(scn)
     _check_something_to_evaluate(scn)
     _check_price_keys(scn)
     _check_fleet_available(scn)
@@ -229,6 +230,38 @@ def _engine_label(name: str) -> str:
     return name if family in (None, name) else f"{name} ({family})"
 
 
+def _check_search_layouts(scn: Any) -> None:
+    """A search whose degree lists give no valid layout on any of its hardware has nothing to
+    evaluate: refused at search.tp with why (it ran and answered "no valid layout", exit 1)."""
+    import numpy as np
+
+    from planner.catalog.hardware import hardware
+    from planner.catalog.model_catalog import model
+    from planner.perf.parallel import Layout, die_layout_problems
+    from planner.search import layouts
+
+    s = scn.search
+    if s is None or scn.design.type not in ("colocated", "fleet", "slo-search", "horizon"):
+        return
+    m = model(scn.model)
+    try:
+        devices = [hardware(h) for h in s.hardware]
+    except PlannerError:               # an unknown name is blamed where it is written
+        return
+    if any(layouts(m, hw, s.tp, s.ep, s.pp).tp.size for hw in devices):
+        return
+    why = []
+    for hw in devices:
+        lay = Layout.of(*(np.asarray(x) for x in np.meshgrid(s.tp, s.ep if m.moe else [1], s.pp, indexing="ij")))
+        problems = np.ravel(die_layout_problems(m, hw, lay))
+        for k, (t, e, p) in enumerate(zip(np.ravel(lay.tp), np.ravel(lay.ep), np.ravel(lay.pp), strict=True)):
+            text = problems[k] or (f"{max(t, e)} devices per stage exceed {hw.name}'s scale-up domain of "
+                                   f"{hw.domain_size}")
+            why.append(f"tp={t} ep={e} pp={p} on {hw.name}: {text}")
+    raise located("search.tp", f"no layout of {scn.model} from these degrees is valid on the searched hardware: "
+                  + "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else ""))
+
+
 def _check_something_to_evaluate(scn: Any) -> None:
     """A Splitwise design with no pools to compare has no answer (it crashed on an empty table)."""
     d = scn.design
@@ -319,6 +352,10 @@ def _check_context(scn: Any) -> None:
 
     w = scn.workload
     window = model(scn.model).max_context
+    sessions = getattr(w, "sessions", None)
+    if window and sessions is not None and sessions.max_context is not None and sessions.max_context > window:
+        raise located("workload.sessions.max_context", f"{sessions.max_context:,} tokens exceeds {scn.model}'s "
+                      f"context window of {window:,} tokens: expected at most {window:,}")
     explicit = [(k, getattr(w, k)) for k in ("input", "output") if getattr(w, k) is not None
                 and getattr(w, k).dist != "trace"]
     if not window or not explicit:

@@ -170,10 +170,11 @@ def _walk(node: yaml.Node, prefix: tuple[str, ...], lines: Lines, file: Path) ->
 def validation_error(path: Path | str, err: ValidationError, lines: Lines, model: type[BaseModel]) -> InputError:
     """One-line ``InputError`` for the first problem pydantic found, located in the file."""
     e = err.errors()[0]
+    tagged = len(e["loc"])                    # pydantic's own parts, which name union members' tags
     below, text = split_located(e["msg"].removeprefix("Value error, "))
     if below:
         e = {**e, "msg": text, "loc": (*e["loc"], *below)}
-    loc = _file_path(_follow(model, tuple(str(p) for p in e["loc"]))[0], lines)
+    loc = _file_path(_follow(model, tuple(str(p) for p in e["loc"]), tagged)[0], lines)
     line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), None)
     field = ".".join(loc) or "(top level)"
     msg = e["msg"].removeprefix("Value error, ")
@@ -198,22 +199,33 @@ def validation_error(path: Path | str, err: ValidationError, lines: Lines, model
     return InputError(f"{where} {field}: {msg}")
 
 
-def _follow(model: type[BaseModel], loc: tuple[str, ...]) -> tuple[tuple[str, ...], list[type[BaseModel]]]:
+def _follow(model: type[BaseModel], loc: tuple[str, ...],
+            tagged: int | None = None) -> tuple[tuple[str, ...], list[type[BaseModel]]]:
     """Walk pydantic location ``loc`` down ``model``'s sections: (``loc`` without the union tags
     pydantic puts in it, ``design.polca.brake_mhz`` -> ``design.brake_mhz``; the section models
     at its end, none where it cannot be followed). A tag is a part that is no field of the section
     there but the ``type`` of one of its members, or (a callable discriminator's) names a member
-    holding the next part."""
+    holding the next part; among the first ``tagged`` parts (pydantic's location, default all), a
+    ``Tag`` of a callable discriminator's member (``Scenario.workload``: requests / sessions).
+    A path a validator wrote (``located``) has no tags."""
+    tagged = len(loc) if tagged is None else tagged
     models: list[type[BaseModel]] = [model]
     out: tuple[str, ...] = ()
     keyed = False                         # the part before was a mapping field: this part is its key
+    tags: dict[str, type[BaseModel]] = {}   # the members of a tagged union the part before opened
     for j, part in enumerate(loc):
+        if part in tags and j < tagged:   # pydantic's Tag of the member it validated: dropped
+            models, tags = [tags[part]], {}
+            continue
+        tags = {}
         if part.isdigit() or not models or keyed:  # a list item or a mapping key: the value type is held
             out, keyed = (*out, part), False
             continue
         nxt = [t for m in models if part in m.model_fields for t in _types_in(m.model_fields[part].annotation)]
         if nxt or any(part in m.model_fields for m in models):
             keyed = any(_is_mapping(m.model_fields[part].annotation) for m in models if part in m.model_fields)
+            tags = {k: v for m in models if part in m.model_fields
+                    for k, v in _tagged_members(m.model_fields[part].annotation).items()}
             models, out = nxt, (*out, part)
             continue
         tagged = [m for m in models if "type" in m.model_fields and m.model_fields["type"].default == part]
@@ -282,6 +294,20 @@ def _is_mapping(annotation: Any) -> bool:
     if origin in (dict, collections.abc.Mapping):
         return True
     return origin in (typing.Union, types.UnionType) and any(map(_is_mapping, typing.get_args(annotation)))
+
+
+def _tagged_members(annotation: Any) -> dict[str, type[BaseModel]]:
+    """``{tag: member}`` of a union whose members are ``Annotated[Model, Tag(tag)]`` (a callable
+    discriminator's: ``Scenario.workload``), which pydantic names in an error's location."""
+    from pydantic import Tag
+
+    out = {}
+    for a in getattr(annotation, "__args__", ()):
+        for meta in getattr(a, "__metadata__", ()):
+            members = _types_in(a)
+            if isinstance(meta, Tag) and members:
+                out[meta.tag] = members[0]
+    return out
 
 
 def _types_in(annotation: Any) -> list[type[BaseModel]]:

@@ -11,6 +11,7 @@ in SI. A profile may name a ``base`` profile and override only some figures (Clo
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import math
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -557,6 +558,10 @@ class EngineDefaults(DeviceLimits):
     source: str = Field(min_length=1)
 
 
+# the bundled profiles' vendors (a profile of another vendor takes any framework entry, vLLM's by default)
+KNOWN_VENDORS = ("nvidia", "amd", "huawei", "intel", "google", "aws")
+
+
 class HardwareProfile(Frozen):
     """One accelerator (per device figures) as deployed in a node or supernode."""
 
@@ -587,7 +592,12 @@ class HardwareProfile(Frozen):
         entries name the vendors they run on in that spelling (``Framework.vendors``)."""
         if not v.strip():
             raise ValueError("expected the device's vendor, e.g. nvidia, amd or huawei")
-        return v.strip().lower()
+        v = v.strip().lower()
+        close = difflib.get_close_matches(v, KNOWN_VENDORS, n=1, cutoff=0.7)
+        if v not in KNOWN_VENDORS and close:      # a vendor of one's own is allowed; a typo of a known one not
+            raise ValueError(f"did you mean {close[0]!r}? (the vendor picks the device's engines: "
+                             f"{', '.join(KNOWN_VENDORS)}; another name is a vendor no engine entry covers)")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> HardwareProfile:

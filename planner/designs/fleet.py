@@ -138,7 +138,10 @@ def _buckets(workload: Workload, spec: FleetSpec) -> list[tuple[LengthStats, flo
 
 def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, engine: Engine, cost: CostModel,
                hardware: list[str], tp: list[int], ep: list[int], pp: list[int], weight_dtypes: list[DType],
-               kv_dtype: DType | None, name: str) -> FleetResult:
+               kv_dtype: DType | None, name: str, max_instances: int = 100_000) -> FleetResult:
+    """The cheapest mix of hardware types serving every request bucket within the SLOs; each type
+    runs at most its ``spec.available`` instances and at most ``max_instances`` (search.max_instances,
+    as a colocated plan's deployment does)."""
     buckets = _buckets(workload, spec)
     lam = workload.request_rate * np.array([s for _, s, _ in buckets])
     H, B = len(hardware), len(buckets)
@@ -170,11 +173,12 @@ def plan_fleet(model: ModelSpec, spec: FleetSpec, workload: Workload, slo: SLO, 
     usable = np.isfinite(price) & (cap.max(axis=1) > 0)
     if not usable.any():
         raise InfeasibleError("no hardware type meets the SLOs for any request bucket")
-    x, y = _solve(lam, cap, price, usable, hardware, spec.available)
-    single = _singles(lam, cap, price, usable, hardware, spec.available)
+    available = {hw: min(spec.available.get(hw, max_instances), max_instances) for hw in hardware}
+    x, y = _solve(lam, cap, price, usable, hardware, available)
+    single = _singles(lam, cap, price, usable, hardware, available)
     best_single = min(single.values()) if single else float("nan")
     total = float(price[usable] @ x[usable])
-    sweep = [_sweep_point(r, lam / workload.request_rate, cap, price, usable, hardware, spec.available)
+    sweep = [_sweep_point(r, lam / workload.request_rate, cap, price, usable, hardware, available)
              for r in spec.rate_sweep]
     savings = [p.saving_vs_best_single for p in sweep if np.isfinite(p.saving_vs_best_single)]
     worst = [p.saving_vs_worst_single for p in sweep if np.isfinite(p.saving_vs_worst_single)]
@@ -234,8 +238,8 @@ def _solve(lam, cap, price, usable, hardware, available) -> tuple[np.ndarray, np
                constraints=[LinearConstraint(A_route, 1.0, 1.0), LinearConstraint(A_cap, -np.inf, 0.0),
                             LinearConstraint(A_link, -np.inf, 0.0)])
     if not res.success:
-        raise InfeasibleError(f"no fleet within the availability limits serves every bucket within the SLOs "
-                              f"({res.message})")
+        raise InfeasibleError("no fleet within the availability limits (design.available, search.max_instances) "
+                              "serves every bucket within the SLOs; raise them or lower the rate")
     return np.round(res.x[:H]).astype(int), res.x[H:].reshape(H, B)
 
 

@@ -28,7 +28,8 @@ def fleet_pools(model, fleet_spec, workload, slo, engine, cost, search, series: 
     positive = rate[rate > 0]
     grid = np.unique(np.geomspace(positive.min(), positive.max(), GRID))
     plans = [plan_fleet(model, fleet_spec, workload.with_rate(float(g)), slo, engine, cost, search.hardware, search.tp,
-                        search.ep, search.pp, search.weight_dtype, search.kv_dtype, "grid") for g in grid]
+                        search.ep, search.pp, search.weight_dtype, search.kv_dtype, "grid", search.max_instances)
+             for g in grid]
     used = [h for h in search.hardware if any(p.instances.get(h, 0) for p in plans)]
     k = np.clip(np.searchsorted(grid, rate * (1 - 1e-12)), 0, len(grid) - 1)   # smallest grid rate >= r
     scale = np.where(rate > 0, rate / grid[k], 0.0)
