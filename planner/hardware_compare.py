@@ -65,7 +65,7 @@ def weight_label(hw: HardwareProfile, weight_dtype: str) -> str:
     """``fp8 weights``, and ``(weight-only)`` where the device has no matrix units of that format
     (FP8 on an A100 or a 910B: dequantized to BF16 in the GEMM)."""
     w = DType(weight_dtype)
-    native = w in hw.peak_flops or w.bytes >= 2
+    native = hw.compute_dtype(w) == w or w.bytes >= 2
     return f"{w.value} weights" + ("" if native else " (weight-only)")
 
 

@@ -233,12 +233,9 @@ def _engine_label(name: str) -> str:
 def _check_search_layouts(scn: Any) -> None:
     """A search whose degree lists give no valid layout on any of its hardware has nothing to
     evaluate: refused at search.tp with why (it ran and answered "no valid layout", exit 1)."""
-    import numpy as np
-
     from planner.catalog.hardware import hardware
     from planner.catalog.model_catalog import model
-    from planner.perf.parallel import Layout, die_layout_problems
-    from planner.search import layouts
+    from planner.search import layout_problems_on
 
     s = scn.search
     if s is None or scn.design.type not in ("colocated", "fleet", "slo-search", "horizon"):
@@ -248,16 +245,13 @@ def _check_search_layouts(scn: Any) -> None:
         devices = [hardware(h) for h in s.hardware]
     except PlannerError:               # an unknown name is blamed where it is written
         return
-    if any(layouts(m, hw, s.tp, s.ep, s.pp).tp.size for hw in devices):
-        return
     why = []
     for hw in devices:
-        lay = Layout.of(*(np.asarray(x) for x in np.meshgrid(s.tp, s.ep if m.moe else [1], s.pp, indexing="ij")))
-        problems = np.ravel(die_layout_problems(m, hw, lay))
-        for k, (t, e, p) in enumerate(zip(np.ravel(lay.tp), np.ravel(lay.ep), np.ravel(lay.pp), strict=True)):
-            text = problems[k] or (f"{max(t, e)} devices per stage exceed {hw.name}'s scale-up domain of "
-                                   f"{hw.domain_size}")
-            why.append(f"tp={t} ep={e} pp={p} on {hw.name}: {text}")
+        lay, problems = layout_problems_on(m, hw, s.tp, s.ep, s.pp)
+        if (problems == "").any():
+            return
+        why += [f"tp={t} ep={e} pp={p} on {hw.name}: {text}"
+                for t, e, p, text in zip(lay.tp, lay.ep, lay.pp, problems, strict=True)]
     raise located("search.tp", f"no layout of {scn.model} from these degrees is valid on the searched hardware: "
                   + "; ".join(why[:3]) + (f"; and {len(why) - 3} more" if len(why) > 3 else ""))
 

@@ -51,16 +51,28 @@ def steady_heap() -> None:
 
 
 def layouts(model: ModelSpec, hw: HardwareProfile, tp: list[int], ep: list[int], pp: list[int]) -> Layout:
-    """Valid layouts from the given degrees: TP/EP groups stay inside the scale-up domain (their
-    collectives run every layer); pipeline stages may span nodes. EP only for MoE models."""
+    """Valid layouts from the given degrees (``layout_problems_on``)."""
+    lay, why = layout_problems_on(model, hw, tp, ep, pp)
+    ok = why == ""
+    return Layout.of(lay.tp[ok], lay.ep[ok], lay.pp[ok])
+
+
+def layout_problems_on(model: ModelSpec, hw: HardwareProfile, tp: list[int], ep: list[int],
+                       pp: list[int]) -> tuple[Layout, np.ndarray]:
+    """Every layout of the given degrees and why each is invalid ('' where it is valid): the
+    model must split (on a multi-die package its heads evenly over the dies, too) and TP/EP
+    groups stay inside the scale-up domain (their collectives run every layer); pipeline stages
+    may span nodes. EP only for MoE models."""
     eps = ep if model.moe is not None else [1]
     # every (tp, ep, pp), tp slowest (itertools.product order), as arrays: no per-combination tuples
     t, e, p = (g.ravel() for g in np.meshgrid(np.asarray(tp, np.int64), np.asarray(eps, np.int64),
                                                 np.asarray(pp, np.int64), indexing="ij"))
     lay = Layout.of(t, e, p)
-    # (on a multi-die package the heads must also split evenly over the dies)
-    ok = (die_layout_problems(model, hw, lay) == "") & (lay.stage_devices <= hw.domain_size)
-    return Layout.of(t[ok], e[ok], p[ok])
+    why = np.broadcast_to(die_layout_problems(model, hw, lay), t.shape).astype(object)
+    wide = (why == "") & (lay.stage_devices > hw.domain_size)
+    why[wide] = [f"{d} devices per stage exceed {hw.name}'s scale-up domain of {hw.domain_size}"
+                 for d in np.ravel(lay.stage_devices)[wide]]
+    return lay, why
 
 
 def pareto_front(*objectives: np.ndarray) -> np.ndarray:

@@ -423,8 +423,8 @@ def _narrower_weights(hw: HardwareProfile, weight: DType) -> DType | None:
     units run (FP8 where it has an FP8 peak, else INT8: A100, Ascend), from 8 bits 4-bit INT4
     (AWQ / GPTQ / W4A8 checkpoints); None below."""
     if weight.bytes >= 2:
-        return DType.fp8 if DType.fp8 in hw.peak_flops or DType.int8 not in hw.peak_flops \
-            else DType.int8
+        native = {hw.compute_dtype(w) for w in (DType.fp8, DType.int8)}
+        return DType.int8 if DType.int8 in native and DType.fp8 not in native else DType.fp8
     return DType.int4 if weight.bytes >= 1 else None
 
 
